@@ -1,0 +1,46 @@
+# Two commands do the whole set-up: `make run` starts the system, `make test` runs the tests.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+
+.PHONY: run test lint typecheck venv dev-venv migrate services clean
+
+$(VENV)/.installed: requirements.txt
+	./scripts/system-deps.sh
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	touch $@
+
+$(VENV)/.dev-installed: $(VENV)/.installed requirements-dev.txt
+	$(BIN)/pip install -q -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+dev-venv: $(VENV)/.dev-installed
+
+migrate: venv
+	$(BIN)/python manage.py migrate --noinput
+
+run: venv migrate
+	$(BIN)/python manage.py ensure_demo_user
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start
+
+services:
+	./scripts/services.sh
+
+lint: dev-venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: dev-venv
+	$(BIN)/mypy llmops jobs ledger alerts
+
+test: dev-venv services lint typecheck
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
+		$(BIN)/python -m pytest tests -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) db.sqlite3 staticfiles

@@ -1,0 +1,145 @@
+"""The provider client: one Messages API call through the official anthropic SDK.
+
+The SDK never retries (``max_retries=0``): retries are ours (jobs/retry_policy.py). The call
+reports what it observed as a ``ProviderOutcome``; it never raises for provider trouble.
+"""
+
+import email.utils
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+import httpx2
+from django.conf import settings
+
+__all__ = ["ProviderOutcome", "call_messages", "get_client"]
+
+# The key for the local fake provider; it only checks that some key is present.
+FAKE_PROVIDER_KEY = "fake-local-key"
+
+
+@dataclass
+class ProviderOutcome:
+    kind: str
+    """success | error_response | read_timeout | connection_dropped | connection_error"""
+    latency_ms: int
+    http_status: int | None = None
+    request_id: str = ""
+    error_type: str = ""
+    error_code: str = ""
+    message: str = ""
+    retry_after: float | None = None
+    rate_limit_headers: dict[str, str] = field(default_factory=dict)
+    text: str = ""
+    stop_reason: str = ""
+    usage: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def reached_provider(self) -> bool:
+        return self.kind != "connection_error"
+
+    @property
+    def outcome_unknown(self) -> bool:
+        return self.kind in ("read_timeout", "connection_dropped")
+
+
+@functools.lru_cache(maxsize=8)
+def get_client(base_url: str, read_timeout: float, connect_timeout: float) -> anthropic.Anthropic:
+    return anthropic.Anthropic(
+        api_key=settings.ANTHROPIC_API_KEY or FAKE_PROVIDER_KEY,
+        base_url=base_url,
+        max_retries=0,
+        timeout=anthropic.Timeout(read_timeout, connect=connect_timeout),
+    )
+
+
+def _parse_retry_after(headers: Any) -> float | None:
+    if value := headers.get("retry-after-ms"):
+        try:
+            return float(value) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def _rate_limit_headers(headers: Any) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower().startswith("anthropic-ratelimit-")}
+
+
+def _usage(usage: Any) -> dict[str, int]:
+    cache_creation = getattr(usage, "cache_creation", None)
+    total_creation = usage.cache_creation_input_tokens or 0
+    one_hour = (getattr(cache_creation, "ephemeral_1h_input_tokens", 0) or 0) if cache_creation else 0
+    return {
+        "input_tokens": usage.input_tokens or 0,
+        "output_tokens": usage.output_tokens or 0,
+        # Without the split, the provider wrote with its default ttl of five minutes.
+        "cache_write_5m_tokens": max(0, total_creation - one_hour),
+        "cache_write_1h_tokens": one_hour,
+        "cache_read_tokens": usage.cache_read_input_tokens or 0,
+    }
+
+
+def _transport_failure(exc: BaseException, started: float) -> ProviderOutcome:
+    """Tell a request that never left (safe) from one whose outcome is unknown (maybe billed)."""
+    cause = exc.__cause__ if isinstance(exc, anthropic.APIConnectionError) else exc
+    latency = int((time.monotonic() - started) * 1000)
+    if isinstance(cause, (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)):
+        return ProviderOutcome("connection_error", latency, message=f"{type(cause).__name__}")
+    if isinstance(exc, anthropic.APITimeoutError) or isinstance(cause, httpx2.TimeoutException):
+        return ProviderOutcome("read_timeout", latency, message="Read timeout: outcome unknown")
+    return ProviderOutcome(
+        "connection_dropped",
+        latency,
+        message=f"Connection lost mid-request ({type(cause).__name__}): outcome unknown",
+    )
+
+
+def call_messages(
+    *, body: dict[str, Any], job_id: str, read_timeout: float | None = None
+) -> ProviderOutcome:
+    client = get_client(
+        settings.ANTHROPIC_BASE_URL,
+        read_timeout or settings.LLM_PROVIDER_READ_TIMEOUT,
+        settings.LLM_PROVIDER_CONNECT_TIMEOUT,
+    )
+    started = time.monotonic()
+    try:
+        raw = client.messages.with_raw_response.create(
+            **body, extra_headers={"Idempotency-Key": job_id}
+        )
+        message = raw.parse()
+    except anthropic.APIStatusError as exc:
+        return ProviderOutcome(
+            "error_response",
+            int((time.monotonic() - started) * 1000),
+            http_status=exc.status_code,
+            request_id=exc.request_id or "",
+            error_type=exc.type or "",
+            error_code=exc.error_code or "",
+            message=exc.api_message or str(exc),
+            retry_after=_parse_retry_after(exc.response.headers),
+            rate_limit_headers=_rate_limit_headers(exc.response.headers),
+        )
+    except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
+        return _transport_failure(exc, started)
+    text = "".join(block.text for block in message.content if block.type == "text")
+    return ProviderOutcome(
+        "success",
+        int((time.monotonic() - started) * 1000),
+        http_status=raw.http_response.status_code,
+        request_id=raw.headers.get("request-id", ""),
+        text=text,
+        stop_reason=message.stop_reason or "",
+        usage=_usage(message.usage),
+        rate_limit_headers=_rate_limit_headers(raw.headers),
+    )

@@ -1,0 +1,96 @@
+"""The reconciler: the database is the source of truth, Redis is transport.
+
+It finds jobs whose RQ job vanished (Redis flushed, restarted, failed over) or whose worker died
+mid-call (``kill -9``: the heartbeat stops and the lock expires) and puts them back on track.
+"""
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+import django_rq
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from rq.job import Job, JobStatus
+
+from jobs.models import LlmJob
+from jobs.retry_policy import classify
+from jobs.runner import AttemptFailure, job_lock_key, record_failed_attempt
+from jobs.services import job_enqueue
+from ledger.models import CostEntry
+
+__all__ = ["ReconcileReport", "reconcile_jobs"]
+
+logger = logging.getLogger(__name__)
+
+# An RQ job in one of these states will never run our task again.
+DEAD_RQ_STATUSES = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, JobStatus.FINISHED}
+
+
+@dataclass
+class ReconcileReport:
+    requeued_lost: int = 0
+    recovered_stale: int = 0
+
+    def __str__(self) -> str:
+        return f"re-enqueued {self.requeued_lost} lost, recovered {self.recovered_stale} stale"
+
+
+def _rq_job_alive(connection: object, rq_job_id: str) -> bool:
+    if not rq_job_id:
+        return False
+    jobs = Job.fetch_many([rq_job_id], connection=connection)  # type: ignore[arg-type]
+    job = jobs[0] if jobs else None
+    if job is None:
+        return False
+    return job.get_status(refresh=False) not in DEAD_RQ_STATUSES
+
+
+def _requeue_lost(report: ReconcileReport, connection: object) -> None:
+    cutoff = timezone.now() - timedelta(seconds=settings.LLM_LOST_QUEUE_GRACE_SECONDS)
+    waiting = LlmJob.objects.filter(
+        status=LlmJob.Status.QUEUED, enqueued_at__lt=cutoff
+    ) | LlmJob.objects.filter(status=LlmJob.Status.RETRYING, next_attempt_at__lt=cutoff)
+    for job in waiting.only("id", "status", "rq_job_id", "next_attempt_at", "enqueued_at"):
+        if _rq_job_alive(connection, job.rq_job_id):
+            continue
+        with transaction.atomic():
+            fresh = LlmJob.objects.select_for_update().get(id=job.id)
+            if fresh.status not in LlmJob.WAITING_STATUSES or fresh.rq_job_id != job.rq_job_id:
+                continue
+            job_enqueue(job=fresh)
+        report.requeued_lost += 1
+        logger.warning("job %s was missing from Redis; enqueued again", job.id)
+
+
+def _recover_stale(report: ReconcileReport, connection: object) -> None:
+    cutoff = timezone.now() - timedelta(seconds=settings.LLM_STALE_AFTER_SECONDS)
+    stale = LlmJob.objects.filter(status=LlmJob.Status.RUNNING, heartbeat_at__lt=cutoff)
+    for job in stale.only("id"):
+        if connection.exists(job_lock_key(job.id)):  # type: ignore[attr-defined]
+            continue  # a worker still holds it; its heartbeat is merely late
+        with transaction.atomic():
+            fresh = LlmJob.objects.select_for_update().get(id=job.id)
+            if fresh.status != LlmJob.Status.RUNNING or fresh.heartbeat_at >= cutoff:
+                continue
+            record_failed_attempt(
+                fresh,
+                AttemptFailure(
+                    kind="worker_lost",
+                    classification=classify(kind="worker_lost"),
+                    # The worker died during the call: the provider may have billed it.
+                    ledger_outcome=CostEntry.Outcome.UNKNOWN,
+                    message="The worker stopped (killed or crashed) during the attempt.",
+                ),
+            )
+        report.recovered_stale += 1
+        logger.warning("job %s lost its worker mid-attempt; recovered", job.id)
+
+
+def reconcile_jobs() -> ReconcileReport:
+    connection = django_rq.get_connection("llm")
+    report = ReconcileReport()
+    _recover_stale(report, connection)
+    _requeue_lost(report, connection)
+    return report

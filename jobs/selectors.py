@@ -1,0 +1,30 @@
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+
+from jobs.models import LlmJob
+from llmops.errors import NotFound, ValidationFailed
+
+
+def job_get_for_user(*, user: AbstractBaseUser, job_id: object) -> LlmJob:
+    """A user's own job; another user's job is indistinguishable from a missing one."""
+    job = LlmJob.objects.filter(user=user, id=job_id).first()
+    if job is None:
+        raise NotFound("No such job.", code="job_not_found")
+    return job
+
+
+def job_list_for_user(
+    *, user: AbstractBaseUser, status: str | None = None, feature: str | None = None
+) -> QuerySet[LlmJob]:
+    jobs = LlmJob.objects.filter(user=user)
+    if status:
+        if status not in LlmJob.Status.values:
+            raise ValidationFailed(
+                f"status must be one of {', '.join(LlmJob.Status.values)}.",
+                code="invalid_filter",
+                detail={"field": "status"},
+            )
+        jobs = jobs.filter(status=status)
+    if feature:
+        jobs = jobs.filter(feature=feature)
+    return jobs.order_by("-created_at", "-id")

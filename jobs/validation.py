@@ -1,0 +1,149 @@
+"""Validation of a submitted job, with one stable error code per kind of mistake."""
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from llmops.errors import ValidationFailed
+
+__all__ = ["JobRequest", "validate_job_request"]
+
+ALLOWED_FIELDS = {"feature", "model", "messages", "max_tokens", "system", "temperature", "metadata"}
+FEATURE_RE = re.compile(r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$")
+MAX_FEATURE_LENGTH = 64
+ROLES = {"user", "assistant"}
+BLOCK_TYPES = {"text", "image", "document", "tool_use", "tool_result", "thinking"}
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    feature: str
+    model: str
+    messages: list[dict[str, Any]]
+    max_tokens: int
+    system: Any = None
+    temperature: float | None = None
+    metadata: dict[str, Any] | None = None
+
+    def fingerprint(self) -> str:
+        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _fail(code: str, message: str, field: str) -> ValidationFailed:
+    return ValidationFailed(message, code=code, detail={"field": field})
+
+
+def _check_text_blocks(value: list[Any], *, field: str, code: str, types: set[str]) -> None:
+    if not value:
+        raise _fail(code, f"{field} must not be an empty list of blocks.", field)
+    for i, block in enumerate(value):
+        where = f"{field}[{i}]"
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise _fail(code, f"{where} must be an object with a 'type'.", where)
+        if block["type"] not in types:
+            raise _fail(code, f"{where} has unknown type {block['type']!r}.", where)
+        if block["type"] == "text" and (
+            not isinstance(block.get("text"), str) or not block["text"].strip()
+        ):
+            raise _fail(code, f"{where} must carry a non-empty 'text'.", where)
+
+
+def _validate_messages(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise _fail("invalid_messages", "messages must be a non-empty list.", "messages")
+    for i, message in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise _fail("invalid_messages", f"{where} must be an object.", where)
+        if set(message) - {"role", "content"}:
+            raise _fail("invalid_messages", f"{where} has fields other than role and content.", where)
+        if message.get("role") not in ROLES:
+            raise _fail("invalid_messages", f"{where}.role must be 'user' or 'assistant'.", where)
+        content = message.get("content")
+        if isinstance(content, str):
+            if not content.strip():
+                raise _fail("invalid_messages", f"{where}.content must not be empty.", where)
+        elif isinstance(content, list):
+            _check_text_blocks(
+                content, field=f"{where}.content", code="invalid_messages", types=BLOCK_TYPES
+            )
+        else:
+            raise _fail(
+                "invalid_messages", f"{where}.content must be a string or a list of blocks.", where
+            )
+    if value[0]["role"] != "user":
+        raise _fail("invalid_messages", "The first message must have role 'user'.", "messages[0]")
+    return value
+
+
+def validate_job_request(data: Any) -> JobRequest:
+    """Check the shape of a submit body. Model existence and limits are checked by the service,
+    which knows the price table."""
+    if not isinstance(data, dict):
+        raise ValidationFailed("The body must be a JSON object.", code="invalid_body")
+    unknown = sorted(set(data) - ALLOWED_FIELDS)
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown fields: {', '.join(unknown)}.", code="unknown_field", detail={"fields": unknown}
+        )
+
+    feature = data.get("feature")
+    if (
+        not isinstance(feature, str)
+        or len(feature) > MAX_FEATURE_LENGTH
+        or not FEATURE_RE.match(feature)
+    ):
+        raise _fail(
+            "invalid_feature",
+            "feature must be a lowercase slug (letters, digits, '-' or '_'), at most 64 characters.",
+            "feature",
+        )
+
+    model = data.get("model")
+    if not isinstance(model, str) or not model.strip() or len(model) > 100:
+        raise _fail("unknown_model", "model must name a priced model.", "model")
+
+    messages = _validate_messages(data.get("messages"))
+
+    max_tokens = data.get("max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise _fail("invalid_max_tokens", "max_tokens must be a positive integer.", "max_tokens")
+
+    system = data.get("system")
+    if system is not None:
+        if isinstance(system, str):
+            if not system.strip():
+                system = None
+        elif isinstance(system, list):
+            _check_text_blocks(system, field="system", code="invalid_system", types={"text"})
+        else:
+            raise _fail("invalid_system", "system must be a string or a list of text blocks.", "system")
+
+    temperature = data.get("temperature")
+    if temperature is not None:
+        if (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, (int, float))
+            or not math.isfinite(temperature)
+            or not 0 <= temperature <= 1
+        ):
+            raise _fail("invalid_temperature", "temperature must be between 0 and 1.", "temperature")
+        temperature = float(temperature)
+
+    metadata = data.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise _fail("invalid_metadata", "metadata must be a JSON object.", "metadata")
+
+    return JobRequest(
+        feature=feature,
+        model=model,
+        messages=messages,
+        max_tokens=max_tokens,
+        system=system,
+        temperature=temperature,
+        metadata=metadata,
+    )

@@ -1,0 +1,112 @@
+"""One error root for the project and the one DRF exception handler that renders it.
+
+Every error body is ``{"code": ..., "message": ..., "detail": ...}`` with a stable ``code``.
+"""
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404
+from rest_framework import exceptions as drf_exceptions
+from rest_framework import status
+from rest_framework.response import Response
+
+
+class ApplicationError(Exception):
+    """A failure with a stable code that clients may branch on."""
+
+    code = "application_error"
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_message = "The request could not be processed."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        code: str | None = None,
+        detail: Any = None,
+        status_code: int | None = None,
+    ) -> None:
+        self.message = message or self.default_message
+        if code is not None:
+            self.code = code
+        if status_code is not None:
+            self.status_code = status_code
+        self.detail = detail
+        super().__init__(self.message)
+
+
+class ValidationFailed(ApplicationError):
+    status_code = status.HTTP_400_BAD_REQUEST
+    code = "invalid_request"
+
+
+class NotFound(ApplicationError):
+    status_code = status.HTTP_404_NOT_FOUND
+    code = "not_found"
+    default_message = "Not found."
+
+
+class Conflict(ApplicationError):
+    status_code = status.HTTP_409_CONFLICT
+    code = "conflict"
+
+
+class RequestTooLarge(ApplicationError):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    code = "request_too_large"
+
+
+_DRF_CODES = {
+    drf_exceptions.NotAuthenticated: "not_authenticated",
+    drf_exceptions.AuthenticationFailed: "authentication_failed",
+    drf_exceptions.PermissionDenied: "permission_denied",
+    drf_exceptions.NotFound: "not_found",
+    drf_exceptions.MethodNotAllowed: "method_not_allowed",
+    drf_exceptions.NotAcceptable: "not_acceptable",
+    drf_exceptions.UnsupportedMediaType: "unsupported_media_type",
+    drf_exceptions.ParseError: "malformed_json",
+    drf_exceptions.Throttled: "throttled",
+    drf_exceptions.ValidationError: "invalid_request",
+}
+
+
+def _body(code: str, message: str, detail: Any = None) -> dict[str, Any]:
+    return {"code": code, "message": message, "detail": detail}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    # Imported here: rest_framework.views loads the parser settings, which import this module.
+    from rest_framework.views import set_rollback
+
+    if isinstance(exc, ApplicationError):
+        set_rollback()
+        return Response(_body(exc.code, exc.message, exc.detail), status=exc.status_code)
+    if isinstance(exc, RequestDataTooBig):
+        set_rollback()
+        return Response(
+            _body("request_too_large", "The request body is too large."),
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if isinstance(exc, Http404):
+        exc = drf_exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = drf_exceptions.PermissionDenied()
+    if not isinstance(exc, drf_exceptions.APIException):
+        return None
+
+    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), None)
+    if code is None:
+        code = str(exc.default_code)
+    if isinstance(exc, drf_exceptions.ValidationError):
+        message, detail = "The request is invalid.", exc.detail
+    else:
+        message, detail = str(exc.detail), None
+
+    headers = {}
+    if auth_header := getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = auth_header
+    if wait := getattr(exc, "wait", None):
+        headers["Retry-After"] = str(int(wait))
+    set_rollback()
+    return Response(_body(code, message, detail), status=exc.status_code, headers=headers)

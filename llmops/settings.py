@@ -1,0 +1,232 @@
+"""Settings for the LLM job queue.
+
+Every knob comes from an environment variable with a safe default; a value that cannot be read
+raises ImproperlyConfigured at start-up instead of being silently ignored.
+"""
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def envbool(name: str, default: str) -> bool:
+    value = os.environ.get(name, default)
+    if value in ("True", "true", "1", "yes"):
+        return True
+    if value in ("False", "false", "0", "no", ""):
+        return False
+    raise ImproperlyConfigured(f"{name} must be True or False, not {value!r}")
+
+
+def envint(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from exc
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
+    return value
+
+
+def envfloat(name: str, default: float, *, minimum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from exc
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
+    return value
+
+
+def envjson(name: str, default: Any) -> Any:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be JSON: {exc}") from exc
+
+
+def database_from_url(url: str) -> dict[str, Any]:
+    """sqlite:///path or mysql://user:password@host:port/name (MariaDB or MySQL)."""
+    parsed = urlparse(url)
+    if parsed.scheme == "sqlite":
+        path = unquote(parsed.path[1:]) if parsed.path.startswith("/") else parsed.path
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": path or BASE_DIR / "db.sqlite3"}
+    if parsed.scheme in ("mysql", "mariadb"):
+        name = parsed.path.lstrip("/")
+        if not name:
+            raise ImproperlyConfigured("DATABASE_URL must name a database: mysql://user@host/name")
+        return {
+            "ENGINE": "django.db.backends.mysql",
+            "NAME": unquote(name),
+            "USER": unquote(parsed.username or "root"),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "127.0.0.1",
+            "PORT": str(parsed.port or 3306),
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
+            "OPTIONS": {"charset": "utf8mb4", "isolation_level": "read committed"},
+            "TEST": {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
+        }
+    raise ImproperlyConfigured(f"DATABASE_URL scheme {parsed.scheme!r} is not supported")
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me-in-production")
+DEBUG = envbool("DJANGO_DEBUG", "True")
+ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [
+    o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_rq",
+    "jobs",
+    "ledger",
+    "alerts",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "llmops.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "llmops.wsgi.application"
+ASGI_APPLICATION = "llmops.asgi.application"
+
+DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL", "sqlite:///"))}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Web and workers write concurrently; wait for the lock instead of failing at once.
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+# The ASGI app serves static files itself (admin CSS) unless a front proxy does it.
+SERVE_STATIC = envbool("DJANGO_SERVE_STATIC", "True")
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Token first so that an unauthenticated request answers 401 with WWW-Authenticate.
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["jobs.parsers.LimitedJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "EXCEPTION_HANDLER": "llmops.errors.exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": envint("API_PAGE_SIZE", 50, minimum=1),
+    "UNAUTHENTICATED_USER": None,
+}
+
+# --- Redis and queues -------------------------------------------------------------------------
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+LLM_JOB_TIMEOUT = envint("LLM_JOB_TIMEOUT", 240, minimum=10)
+"""Seconds RQ lets one job run before killing it; above the provider read timeout."""
+
+RQ_QUEUES = {
+    "llm": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": LLM_JOB_TIMEOUT},
+    "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
+    "alerts": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
+}
+
+# --- Provider ---------------------------------------------------------------------------------
+
+ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
+FAKE_PROVIDER_URL = os.environ.get("FAKE_PROVIDER_URL", "http://127.0.0.1:8787")
+# An explicit base URL always wins; with no key the local fake provider stands in.
+ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL") or (
+    "https://api.anthropic.com" if ANTHROPIC_API_KEY else FAKE_PROVIDER_URL
+)
+LLM_PROVIDER_READ_TIMEOUT = envfloat("LLM_PROVIDER_READ_TIMEOUT", 120.0, minimum=0.1)
+LLM_PROVIDER_CONNECT_TIMEOUT = envfloat("LLM_PROVIDER_CONNECT_TIMEOUT", 10.0, minimum=0.1)
+if LLM_PROVIDER_READ_TIMEOUT >= LLM_JOB_TIMEOUT:
+    raise ImproperlyConfigured("LLM_PROVIDER_READ_TIMEOUT must stay below LLM_JOB_TIMEOUT")
+
+# --- Jobs and retries -------------------------------------------------------------------------
+
+LLM_MAX_REQUEST_BYTES = envint("LLM_MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(LLM_MAX_REQUEST_BYTES + 1, 2_621_440)
+LLM_MAX_ATTEMPTS = envint("LLM_MAX_ATTEMPTS", 10, minimum=1)
+LLM_RETRY_SCHEDULES: dict[str, list[float]] = envjson("LLM_RETRY_SCHEDULES", {})
+"""Overrides per failure class, e.g. {"overloaded": [15, 60, 180]}; see jobs/retry_policy.py."""
+LLM_RETRY_JITTER = envfloat("LLM_RETRY_JITTER", 0.30, minimum=0.0)
+LLM_RETRY_DELAY_SCALE = envfloat("LLM_RETRY_DELAY_SCALE", 1.0, minimum=0.0)
+LLM_HEARTBEAT_SECONDS = envfloat("LLM_HEARTBEAT_SECONDS", 15.0, minimum=0.1)
+LLM_STALE_AFTER_SECONDS = envfloat("LLM_STALE_AFTER_SECONDS", 90.0, minimum=1.0)
+"""A running job whose heartbeat is older than this (and whose lock is gone) was lost."""
+LLM_LOST_QUEUE_GRACE_SECONDS = envfloat("LLM_LOST_QUEUE_GRACE_SECONDS", 30.0, minimum=0.0)
+"""A queued job missing from Redis for longer than this is enqueued again."""
+LLM_RECONCILE_INTERVAL = envfloat("LLM_RECONCILE_INTERVAL", 30.0, minimum=0.1)
+
+# --- Demo -------------------------------------------------------------------------------------
+
+DEMO_USERNAME = os.environ.get("DEMO_USERNAME", "demo")
+DEMO_PASSWORD = os.environ.get("DEMO_PASSWORD", "llmops-demo")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"httpx": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}},
+}
