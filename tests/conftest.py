@@ -1,0 +1,192 @@
+"""Shared fixtures: real Redis (an empty database index, flushed around each test), the real
+database (MariaDB in CI), the project's fake provider over HTTP, and real RQ workers."""
+
+import importlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import django_rq
+import httpx
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+from rq import SimpleWorker
+from rq.job import Job
+
+from jobs.models import LlmJob
+
+ROOT = Path(__file__).resolve().parent.parent
+seed_prices = importlib.import_module("ledger.migrations.0002_seed_claude_prices")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class FakeProvider:
+    """Handle on a running `manage.py fake_anthropic` process."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.http = httpx.Client(base_url=url, timeout=10)
+
+    def faults(self, faults: dict[str, float], **extra: Any) -> None:
+        self.http.post("/_fake/faults", json={"faults": faults, **extra}).raise_for_status()
+
+    def reset(self) -> None:
+        self.http.post("/_fake/reset").raise_for_status()
+
+    def stats(self) -> dict[str, Any]:
+        return self.http.get("/_fake/stats").json()
+
+
+@pytest.fixture(scope="session")
+def fake_provider_process() -> Iterator[FakeProvider]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "fake_anthropic", "--port", str(port), "--seed", "7"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/_fake/health", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"fake provider did not start: {proc.stderr.read()!r}")  # type: ignore[union-attr]
+        time.sleep(0.1)
+    yield FakeProvider(url)
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def fake_provider(fake_provider_process: FakeProvider, settings: Any) -> FakeProvider:
+    fake_provider_process.reset()
+    settings.ANTHROPIC_BASE_URL = fake_provider_process.url
+    return fake_provider_process
+
+
+@pytest.fixture(autouse=True)
+def redis_clean() -> Iterator[None]:
+    connection = django_rq.get_connection("llm")
+    assert connection.connection_pool.connection_kwargs.get("db") == int(
+        os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15").rsplit("/", 1)[-1] or 0
+    )
+    connection.flushdb()
+    yield
+    connection.flushdb()
+
+
+@pytest.fixture(autouse=True)
+def fast_settings(settings: Any) -> None:
+    # Real schedules, compressed in time; tests that check delays set the scale back to 1.
+    settings.LLM_RETRY_DELAY_SCALE = 0.001
+    settings.LLM_PROVIDER_READ_TIMEOUT = 5.0
+    settings.LLM_HEARTBEAT_SECONDS = 1.0
+
+
+@pytest.fixture
+def prices(django_db_blocker: Any) -> None:
+    """Transactional tests flush the tables, data-migration rows included: seed them again."""
+    from django.apps import apps
+
+    seed_prices.seed(apps, None)
+
+
+def _user(username: str) -> Any:
+    return get_user_model().objects.create_user(username=username, password="pw-" + username)
+
+
+def _client_for(user: Any) -> APIClient:
+    token, _ = Token.objects.get_or_create(user=user)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+@pytest.fixture
+def alice(db: None) -> Any:
+    return _user("alice")
+
+
+@pytest.fixture
+def bob(db: None) -> Any:
+    return _user("bob")
+
+
+@pytest.fixture
+def alice_client(alice: Any) -> APIClient:
+    return _client_for(alice)
+
+
+@pytest.fixture
+def bob_client(bob: Any) -> APIClient:
+    return _client_for(bob)
+
+
+def job_body(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "feature": "email-classify",
+        "model": "claude-sonnet-4-6",
+        "messages": [{"role": "user", "content": "Classify: please refund my order"}],
+        "max_tokens": 256,
+    }
+    body.update(overrides)
+    return body
+
+
+class Workers:
+    """Drives real RQ workers on the llm queue, in burst mode, fast-forwarding scheduled retries."""
+
+    def __init__(self) -> None:
+        self.queue = django_rq.get_queue("llm")
+
+    def work_once(self) -> None:
+        worker = SimpleWorker([self.queue], connection=self.queue.connection)
+        worker.work(burst=True)
+
+    def scheduled(self) -> list[Job]:
+        registry = self.queue.scheduled_job_registry
+        return [Job.fetch(i, connection=self.queue.connection) for i in registry.get_job_ids()]
+
+    def release_scheduled(self) -> int:
+        """Move every scheduled job onto the queue now, as the scheduler would once due."""
+        registry = self.queue.scheduled_job_registry
+        ids = registry.get_job_ids()
+        for job_id in ids:
+            registry.remove(job_id)
+            self.queue.enqueue_job(Job.fetch(job_id, connection=self.queue.connection))
+        return len(ids)
+
+    def drain(self, *, max_rounds: int = 30) -> None:
+        for _ in range(max_rounds):
+            self.work_once()
+            if not self.release_scheduled() and not self.queue.count:
+                return
+        raise AssertionError("jobs still pending after draining")
+
+
+@pytest.fixture
+def workers(fake_provider: FakeProvider) -> Workers:
+    return Workers()
+
+
+def submit(client: APIClient, **overrides: Any) -> LlmJob:
+    response = client.post("/api/v1/jobs/", job_body(**overrides), format="json")
+    assert response.status_code == 202, response.content
+    return LlmJob.objects.get(id=response.json()["id"])
