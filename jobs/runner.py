@@ -1,6 +1,7 @@
 """Running one job: lock, claim, call the provider, price the attempt, retry or dead-letter."""
 
 import logging
+import math
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,7 +37,7 @@ def job_lock_key(job_id: object) -> str:
 def _lock_ttl() -> int:
     # Long enough to survive a missed heartbeat or two, short enough that a killed worker's
     # lock is gone well before the reconciler looks.
-    return max(10, int(settings.LLM_HEARTBEAT_SECONDS * 4))
+    return max(2, math.ceil(settings.LLM_HEARTBEAT_SECONDS * 4))
 
 
 class _Heartbeat:
