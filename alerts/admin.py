@@ -9,8 +9,15 @@ from alerts.services import failure_requeue, failure_resolve
 @admin.register(FailureRecord)
 class FailureRecordAdmin(admin.ModelAdmin):
     list_display = [
-        "created_at", "severity", "reason_code", "feature", "model", "http_status",
-        "attempts", "state", "job",
+        "created_at",
+        "severity",
+        "reason_code",
+        "feature",
+        "job_model",
+        "http_status",
+        "attempts",
+        "state",
+        "job",
     ]
     list_filter = ["severity", "reason_code", "state", "job__feature", "job__model"]
     search_fields = ["=job__id", "request_id", "message"]
@@ -23,8 +30,8 @@ class FailureRecordAdmin(admin.ModelAdmin):
     def feature(self, record: FailureRecord) -> str:
         return record.job.feature
 
-    @admin.display(ordering="job__model")
-    def model(self, record: FailureRecord) -> str:
+    @admin.display(ordering="job__model", description="model")
+    def job_model(self, record: FailureRecord) -> str:
         return record.job.model
 
     def has_add_permission(self, request):  # type: ignore[no-untyped-def]

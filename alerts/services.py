@@ -2,7 +2,7 @@
 
 import logging
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -47,7 +47,7 @@ def failure_record_create(
 
 @transaction.atomic
 def failure_requeue(
-    *, record: FailureRecord, by: AbstractBaseUser | None = None, model: str | None = None
+    *, record: FailureRecord, by: User | None = None, model: str | None = None
 ) -> bool:
     """Requeue the record's job with a fresh retry budget. A record requeued twice runs once."""
     record = FailureRecord.objects.select_for_update().get(id=record.id)
@@ -57,7 +57,7 @@ def failure_requeue(
     if moved:
         record.state = FailureRecord.State.REQUEUED
         record.handled_at = timezone.now()
-        record.handled_by = by  # type: ignore[assignment]
+        record.handled_by = by
         record.save(update_fields=["state", "handled_at", "handled_by"])
     return moved
 
@@ -66,7 +66,7 @@ def failure_requeue(
 def failure_resolve(
     *,
     record: FailureRecord,
-    by: AbstractBaseUser | None = None,
+    by: User | None = None,
     comment: str = "",
     state: str = FailureRecord.State.RESOLVED,
 ) -> bool:

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 
 from jobs.models import LlmJob
 
@@ -6,7 +7,14 @@ from jobs.models import LlmJob
 @admin.register(LlmJob)
 class LlmJobAdmin(admin.ModelAdmin):
     list_display = [
-        "id", "feature", "model", "status", "attempts", "cost_usd", "created_at", "user",
+        "id",
+        "feature",
+        "model",
+        "status",
+        "attempts",
+        "cost_usd",
+        "created_at",
+        "user",
     ]
     list_filter = ["status", "feature", "model"]
     search_fields = ["=id", "idempotency_key"]
@@ -26,5 +34,5 @@ class LlmJobAdmin(admin.ModelAdmin):
         # An id search with a malformed UUID finds nothing rather than failing.
         try:
             return super().get_search_results(request, queryset, search_term)
-        except Exception:
+        except ValidationError:
             return queryset.none(), False

@@ -1,7 +1,9 @@
 """Thin DRF views: validate, call a service or selector, serialize."""
 
 import uuid
+from typing import cast
 
+from django.contrib.auth.models import User
 from django.urls import reverse
 from rest_framework import serializers, status
 from rest_framework.pagination import PageNumberPagination
@@ -81,7 +83,7 @@ class JobListCreateApi(APIView):
 
     def post(self, request: Request) -> Response:
         job, _created = job_submit(
-            user=request.user,
+            user=cast(User, request.user),
             data=request.data,
             idempotency_key=request.headers.get("Idempotency-Key"),
         )
@@ -94,7 +96,7 @@ class JobListCreateApi(APIView):
 
     def get(self, request: Request) -> Response:
         jobs = job_list_for_user(
-            user=request.user,
+            user=cast(User, request.user),
             status=request.query_params.get("status"),
             feature=request.query_params.get("feature"),
         )
@@ -105,12 +107,12 @@ class JobListCreateApi(APIView):
 
 class JobDetailApi(APIView):
     def get(self, request: Request, job_id: str) -> Response:
-        job = job_get_for_user(user=request.user, job_id=_parse_id(job_id))
+        job = job_get_for_user(user=cast(User, request.user), job_id=_parse_id(job_id))
         return Response(JobOutputSerializer(job).data)
 
 
 class JobCancelApi(APIView):
     def post(self, request: Request, job_id: str) -> Response:
-        job = job_get_for_user(user=request.user, job_id=_parse_id(job_id))
+        job = job_get_for_user(user=cast(User, request.user), job_id=_parse_id(job_id))
         job = job_cancel(job=job)
         return Response(JobOutputSerializer(job).data)

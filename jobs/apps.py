@@ -2,5 +2,5 @@ from django.apps import AppConfig
 
 
 class JobsConfig(AppConfig):
-    default_auto_field = 'django.db.models.BigAutoField'
-    name = 'jobs'
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "jobs"

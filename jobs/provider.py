@@ -78,7 +78,9 @@ def _rate_limit_headers(headers: Any) -> dict[str, str]:
 def _usage(usage: Any) -> dict[str, int]:
     cache_creation = getattr(usage, "cache_creation", None)
     total_creation = usage.cache_creation_input_tokens or 0
-    one_hour = (getattr(cache_creation, "ephemeral_1h_input_tokens", 0) or 0) if cache_creation else 0
+    one_hour = (
+        (getattr(cache_creation, "ephemeral_1h_input_tokens", 0) or 0) if cache_creation else 0
+    )
     return {
         "input_tokens": usage.input_tokens or 0,
         "output_tokens": usage.output_tokens or 0,

@@ -72,7 +72,9 @@ def _recover_stale(report: ReconcileReport, connection: object) -> None:
             continue  # a worker still holds it; its heartbeat is merely late
         with transaction.atomic():
             fresh = LlmJob.objects.select_for_update().get(id=job.id)
-            if fresh.status != LlmJob.Status.RUNNING or fresh.heartbeat_at >= cutoff:
+            if fresh.status != LlmJob.Status.RUNNING or (
+                fresh.heartbeat_at is not None and fresh.heartbeat_at >= cutoff
+            ):
                 continue
             record_failed_attempt(
                 fresh,

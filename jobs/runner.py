@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 import django_rq
 from django.conf import settings
@@ -43,7 +44,7 @@ def _lock_ttl() -> int:
 class _Heartbeat:
     """Keeps the job's lock alive and its heartbeat_at fresh while the provider call runs."""
 
-    def __init__(self, job_id: object, lock: Any) -> None:
+    def __init__(self, job_id: UUID, lock: Any) -> None:
         self.job_id, self.lock = job_id, lock
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._beat, daemon=True, name=f"heartbeat-{job_id}")
@@ -262,7 +263,10 @@ def record_failed_attempt(job: LlmJob, failure: AttemptFailure) -> None:
         job_enqueue(job=job, delay_seconds=decision.delay_seconds)
         logger.info(
             "job %s attempt %s failed (%s); retry in %.1fs",
-            job.id, job.attempts, reason, decision.delay_seconds,
+            job.id,
+            job.attempts,
+            reason,
+            decision.delay_seconds,
         )
         return
     job.status = LlmJob.Status.FAILED

@@ -1,11 +1,13 @@
-from django.contrib.auth.models import AbstractBaseUser
+from uuid import UUID
+
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 
 from jobs.models import LlmJob
 from llmops.errors import NotFound, ValidationFailed
 
 
-def job_get_for_user(*, user: AbstractBaseUser, job_id: object) -> LlmJob:
+def job_get_for_user(*, user: User, job_id: UUID) -> LlmJob:
     """A user's own job; another user's job is indistinguishable from a missing one."""
     job = LlmJob.objects.filter(user=user, id=job_id).first()
     if job is None:
@@ -14,7 +16,7 @@ def job_get_for_user(*, user: AbstractBaseUser, job_id: object) -> LlmJob:
 
 
 def job_list_for_user(
-    *, user: AbstractBaseUser, status: str | None = None, feature: str | None = None
+    *, user: User, status: str | None = None, feature: str | None = None
 ) -> QuerySet[LlmJob]:
     jobs = LlmJob.objects.filter(user=user)
     if status:

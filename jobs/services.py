@@ -7,7 +7,7 @@ from typing import Any
 
 import django_rq
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -64,9 +64,7 @@ def _check_against_price_table(*, model: str, max_tokens: int) -> None:
         )
 
 
-def job_submit(
-    *, user: AbstractBaseUser, data: Any, idempotency_key: str | None = None
-) -> tuple[LlmJob, bool]:
+def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> tuple[LlmJob, bool]:
     """Validate, insert, enqueue on commit. Returns (job, created); a repeated idempotency key
     returns the first job."""
     request = validate_job_request(data)

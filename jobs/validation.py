@@ -60,7 +60,9 @@ def _validate_messages(value: Any) -> list[dict[str, Any]]:
         if not isinstance(message, dict):
             raise _fail("invalid_messages", f"{where} must be an object.", where)
         if set(message) - {"role", "content"}:
-            raise _fail("invalid_messages", f"{where} has fields other than role and content.", where)
+            raise _fail(
+                "invalid_messages", f"{where} has fields other than role and content.", where
+            )
         if message.get("role") not in ROLES:
             raise _fail("invalid_messages", f"{where}.role must be 'user' or 'assistant'.", where)
         content = message.get("content")
@@ -88,7 +90,9 @@ def validate_job_request(data: Any) -> JobRequest:
     unknown = sorted(set(data) - ALLOWED_FIELDS)
     if unknown:
         raise ValidationFailed(
-            f"Unknown fields: {', '.join(unknown)}.", code="unknown_field", detail={"fields": unknown}
+            f"Unknown fields: {', '.join(unknown)}.",
+            code="unknown_field",
+            detail={"fields": unknown},
         )
 
     feature = data.get("feature")
@@ -99,7 +103,7 @@ def validate_job_request(data: Any) -> JobRequest:
     ):
         raise _fail(
             "invalid_feature",
-            "feature must be a lowercase slug (letters, digits, '-' or '_'), at most 64 characters.",
+            "feature must be a lowercase slug (letters, digits, '-', '_'), at most 64 characters.",
             "feature",
         )
 
@@ -121,7 +125,9 @@ def validate_job_request(data: Any) -> JobRequest:
         elif isinstance(system, list):
             _check_text_blocks(system, field="system", code="invalid_system", types={"text"})
         else:
-            raise _fail("invalid_system", "system must be a string or a list of text blocks.", "system")
+            raise _fail(
+                "invalid_system", "system must be a string or a list of text blocks.", "system"
+            )
 
     temperature = data.get("temperature")
     if temperature is not None:
@@ -131,7 +137,9 @@ def validate_job_request(data: Any) -> JobRequest:
             or not math.isfinite(temperature)
             or not 0 <= temperature <= 1
         ):
-            raise _fail("invalid_temperature", "temperature must be between 0 and 1.", "temperature")
+            raise _fail(
+                "invalid_temperature", "temperature must be between 0 and 1.", "temperature"
+            )
         temperature = float(temperature)
 
     metadata = data.get("metadata")

@@ -6,9 +6,15 @@ from ledger.models import CostEntry, ModelPrice
 @admin.register(ModelPrice)
 class ModelPriceAdmin(admin.ModelAdmin):
     list_display = [
-        "model", "effective_from", "input_per_mtok", "output_per_mtok",
-        "cache_write_5m_per_mtok", "cache_write_1h_per_mtok", "cache_read_per_mtok",
-        "batch_discount", "max_output_tokens",
+        "model",
+        "effective_from",
+        "input_per_mtok",
+        "output_per_mtok",
+        "cache_write_5m_per_mtok",
+        "cache_write_1h_per_mtok",
+        "cache_read_per_mtok",
+        "batch_discount",
+        "max_output_tokens",
     ]
     list_filter = ["model"]
 
@@ -22,8 +28,16 @@ class ModelPriceAdmin(admin.ModelAdmin):
 @admin.register(CostEntry)
 class CostEntryAdmin(admin.ModelAdmin):
     list_display = [
-        "created_at", "job", "attempt", "feature", "model", "outcome", "http_status",
-        "reason_code", "cost_usd", "is_estimated",
+        "created_at",
+        "job",
+        "attempt",
+        "feature",
+        "model",
+        "outcome",
+        "http_status",
+        "reason_code",
+        "cost_usd",
+        "is_estimated",
     ]
     list_filter = ["outcome", "is_estimated", "feature", "model"]
     search_fields = ["=job__id", "request_id"]

@@ -3,9 +3,6 @@ from decimal import Decimal
 
 from django.db import models
 
-USD = {"max_digits": 16, "decimal_places": 6}
-RATE = {"max_digits": 12, "decimal_places": 4}
-
 
 class ModelPrice(models.Model):
     """Prices of one model in USD per million tokens, valid from ``effective_from`` on.
@@ -16,13 +13,15 @@ class ModelPrice(models.Model):
 
     model = models.CharField(max_length=100, db_index=True)
     effective_from = models.DateTimeField()
-    input_per_mtok = models.DecimalField(**RATE)
-    output_per_mtok = models.DecimalField(**RATE)
-    cache_write_5m_per_mtok = models.DecimalField(**RATE)
-    cache_write_1h_per_mtok = models.DecimalField(**RATE)
-    cache_read_per_mtok = models.DecimalField(**RATE)
+    input_per_mtok = models.DecimalField(max_digits=12, decimal_places=4)
+    output_per_mtok = models.DecimalField(max_digits=12, decimal_places=4)
+    cache_write_5m_per_mtok = models.DecimalField(max_digits=12, decimal_places=4)
+    cache_write_1h_per_mtok = models.DecimalField(max_digits=12, decimal_places=4)
+    cache_read_per_mtok = models.DecimalField(max_digits=12, decimal_places=4)
     batch_discount = models.DecimalField(
-        max_digits=4, decimal_places=3, default=Decimal("0.500"),
+        max_digits=4,
+        decimal_places=3,
+        default=Decimal("0.500"),
         help_text="Fraction taken off every rate for Message Batches (0.5 = 50 %).",
     )
     max_output_tokens = models.PositiveIntegerField(
@@ -66,7 +65,7 @@ class CostEntry(models.Model):
     cache_write_5m_tokens = models.PositiveIntegerField(default=0)
     cache_write_1h_tokens = models.PositiveIntegerField(default=0)
     cache_read_tokens = models.PositiveIntegerField(default=0)
-    cost_usd = models.DecimalField(**USD, default=Decimal("0"))
+    cost_usd = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal("0"))
     is_estimated = models.BooleanField(
         default=False, help_text="Upper-bound estimate: the provider may or may not have billed it."
     )

@@ -1,4 +1,5 @@
 from datetime import datetime
+from uuid import UUID
 
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -15,5 +16,5 @@ def price_for_model(*, model: str, at: datetime | None = None) -> ModelPrice | N
     )
 
 
-def cost_entries_for_job(*, job_id: object) -> QuerySet[CostEntry]:
+def cost_entries_for_job(*, job_id: UUID) -> QuerySet[CostEntry]:
     return CostEntry.objects.filter(job_id=job_id).order_by("attempt")

@@ -15,8 +15,8 @@ from rest_framework.response import Response
 class ApplicationError(Exception):
     """A failure with a stable code that clients may branch on."""
 
-    code = "application_error"
-    status_code = status.HTTP_400_BAD_REQUEST
+    code: str = "application_error"
+    status_code: int = status.HTTP_400_BAD_REQUEST
     default_message = "The request could not be processed."
 
     def __init__(

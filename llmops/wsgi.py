@@ -11,6 +11,6 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'llmops.settings')
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmops.settings")
 
 application = get_wsgi_application()

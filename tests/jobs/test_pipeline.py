@@ -52,7 +52,11 @@ def test_cache_write_and_read_are_priced_at_their_rates(alice_client, workers):
         {
             "role": "user",
             "content": [
-                {"type": "text", "text": prefix, "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+                {
+                    "type": "text",
+                    "text": prefix,
+                    "cache_control": {"type": "ephemeral", "ttl": "1h"},
+                },
                 {"type": "text", "text": "Ticket: refund please"},
             ],
         }
