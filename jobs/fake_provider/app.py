@@ -1,0 +1,368 @@
+"""A fake, Anthropic-compatible Messages API: a pure ASGI app (stdlib only, no Django models)
+served by uvicorn (``build_server``; ``python manage.py fake_anthropic``).
+
+Routes:
+    POST /v1/messages        the Messages API (non-streaming), deterministic replies
+    GET  /_fake/health       {"ok": true}
+    GET  /_fake/stats        counters and the bill (see below)
+    GET  /_fake/faults       the active configuration
+    POST /_fake/faults       change the configuration, optionally for a window of seconds:
+                             {"faults": {"529": 1.0}, "for_seconds": 120,
+                              "latency_ms": "20-400", "rpm": 60}
+    POST /_fake/reset        start configuration back; counters, cache memory and rpm window cleared
+
+Order of work for POST /v1/messages: read the body (413 past 32 MB), sleep the latency, check
+the key (401), the body (400), the model (404), the rpm window (429), draw a fault, answer.
+
+Stats: ``requests`` counts every POST /v1/messages when it arrives. ``by_status`` counts the
+status of every complete response sent. A ``drop`` (200 head sent, body cut) counts ONLY under
+``dropped`` and a ``timeout`` (never answered) ONLY under ``timed_out``, never in ``by_status``;
+so once nothing is in flight, requests == sum(by_status) + dropped + timed_out. Successful,
+dropped and timed-out requests are billed (the work was done); error responses bill nothing.
+
+Faults: one uniform draw per request; each configured fault owns a slice of its rate, in the
+order given (rates adding up to more than 1 cut the later ones). An injected 429 says
+``retry-after: 1``; ``spendcap`` (429 with error.details.error_code
+"enforced_spend_limit_reached") has no retry-after and ``x-should-retry: false``. A ``timeout``
+holds the request until the client goes away; if the server shuts down first, the connection
+is cut after a 200 head (as a drop) instead of answering.
+
+Prompt caching: the prefix up to the last block with ``cache_control`` is written the first
+time (per model) and read on a repeat within its ttl (a read refreshes the ttl). Earlier
+breakpoints and Anthropic's 20-block lookback are not modelled.
+
+All state lives in one FakeProviderState on the loop of a single uvicorn worker; the handlers
+never await between reading and updating it, so no lock is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import uvicorn
+
+from .responses import (
+    FAULT_ERRORS,
+    ApiError,
+    build_message,
+    error_body,
+    new_request_id,
+    parse_request,
+    should_retry,
+)
+from .state import FakeProviderState, parse_faults, parse_latency, parse_rpm
+
+__all__ = ["FakeAnthropicApp", "FakeServer", "build_server", "create_app"]
+
+MAX_BODY_BYTES = 32 * 1024 * 1024  # the Messages API limit
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Headers = list[tuple[str, str]]
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body; None when the client went away; _TooLarge past the limit."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _TooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _encode(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+async def _send(send: Send, status: int, body: bytes, headers: Headers | None = None) -> None:
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in headers or []]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class FakeAnthropicApp:
+    """The ASGI callable; ``.state`` is its FakeProviderState."""
+
+    def __init__(self, state: FakeProviderState | None = None) -> None:
+        self.state = state or FakeProviderState()
+        self._closing: asyncio.Event | None = None
+
+    @property
+    def closing(self) -> asyncio.Event:
+        """Set when the server shuts down: requests held by a ``timeout`` fault end then."""
+        if self._closing is None:
+            self._closing = asyncio.Event()
+        return self._closing
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    self._closing = asyncio.Event()  # bound to this server's loop
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if path == "/v1/messages":
+            if method == "POST":
+                return await self.messages(scope, receive, send)
+            return await self.plain_error(
+                send, ApiError(405, f"Method {method} not allowed for {path}")
+            )
+        routes = {
+            ("GET", "/_fake/health"): lambda body: {"ok": True},
+            ("GET", "/_fake/stats"): lambda body: self.state.stats(),
+            ("GET", "/_fake/faults"): lambda body: self.state.describe(),
+            ("POST", "/_fake/faults"): self.set_faults,
+            ("POST", "/_fake/reset"): self.reset,
+        }
+        handler = routes.get((method, path))
+        if handler is None:
+            known = any(p == path for _, p in routes)
+            error = (
+                ApiError(405, f"Method {method} not allowed")
+                if known
+                else ApiError(404, "Not found")
+            )
+            return await self.plain_error(send, error)
+        try:
+            body = await _read_body(receive)
+        except _TooLarge:
+            return await self.plain_error(send, ApiError(413, "Request body too large"))
+        if body is None:
+            return
+        try:
+            payload = handler(body)
+        except ApiError as error:
+            return await self.plain_error(send, error)
+        await _send(send, 200, _encode(payload))
+
+    # --- control endpoints ------------------------------------------------------------------------
+
+    def set_faults(self, body: bytes) -> dict[str, Any]:
+        try:
+            payload = json.loads(body or b"null")
+        except ValueError:
+            raise ApiError(400, "body must be JSON") from None
+        allowed = {"faults", "for_seconds", "latency_ms", "rpm"}
+        if not isinstance(payload, dict) or not payload or set(payload) - allowed:
+            raise ApiError(
+                400, f"body must be a JSON object with some of: {', '.join(sorted(allowed))}"
+            )
+        changes: dict[str, Any] = {}
+        try:
+            if "faults" in payload:
+                if not isinstance(payload["faults"], dict):
+                    raise ValueError("faults must be an object of CODE: RATE")
+                changes["faults"] = parse_faults(payload["faults"])
+            if "latency_ms" in payload:
+                changes["latency_ms"] = parse_latency(payload["latency_ms"])
+            if "rpm" in payload:
+                changes["rpm"] = parse_rpm(payload["rpm"])
+            seconds = payload.get("for_seconds")
+            if seconds is not None and (
+                isinstance(seconds, bool)
+                or not isinstance(seconds, (int, float))
+                or not 0 < seconds <= 86_400
+            ):
+                raise ValueError("for_seconds must be a number of seconds in (0, 86400]")
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        self.state.update_config(self.state.with_changes(**changes), seconds)
+        return self.state.describe()
+
+    def reset(self, body: bytes) -> dict[str, Any]:
+        self.state.reset()
+        return {"ok": True, **self.state.describe()}
+
+    async def plain_error(
+        self, send: Send, error: ApiError, headers: Headers | None = None, request_id: str = ""
+    ) -> None:
+        request_id = request_id or new_request_id()
+        retry = "true" if should_retry(error) else "false"
+        all_headers = [("request-id", request_id), ("x-should-retry", retry), *(headers or [])]
+        await _send(send, error.status, _encode(error_body(error, request_id)), all_headers)
+
+    # --- the Messages API -------------------------------------------------------------------------
+
+    async def messages(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state = self.state
+        state.count_request()
+        request_id = new_request_id()
+
+        async def fail(error: ApiError, headers: Headers | None = None) -> None:
+            state.count_status(error.status)
+            await self.plain_error(send, error, headers, request_id)
+
+        try:
+            body = await _read_body(receive)
+        except _TooLarge:
+            return await fail(ApiError(413, "Request exceeds the maximum allowed number of bytes."))
+        if body is None:
+            return
+        delay = state.draw_latency()
+        if delay:
+            await asyncio.sleep(delay)
+
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        bearer = headers.get("authorization", "")
+        if not headers.get("x-api-key") and not (
+            bearer.lower().startswith("bearer ") and bearer[7:].strip()
+        ):
+            return await fail(ApiError(401, "x-api-key header is required"))
+        try:
+            request = parse_request(json.loads(body))
+        except ValueError:
+            return await fail(
+                ApiError(
+                    400,
+                    "There was an error parsing the body of your request. "
+                    "Please check that it is valid JSON.",
+                )
+            )
+        except ApiError as error:
+            return await fail(error)
+
+        decision = state.take_rate_slot()
+        rate_headers = decision.headers() if decision else []
+        if decision and not decision.allowed:
+            limited = ApiError(
+                429,
+                "This request would exceed your organization's rate limit of "
+                f"{decision.limit} requests per minute.",
+            )
+            return await fail(limited, [("retry-after", str(decision.retry_after)), *rate_headers])
+
+        fault = state.draw_fault()
+        if fault in FAULT_ERRORS:
+            status, message, details = FAULT_ERRORS[fault]
+            extra = rate_headers
+            if fault == "429":
+                injected = state.injected_rate_headers()
+                extra = [
+                    ("retry-after", str(injected.retry_after)),
+                    *(rate_headers or injected.headers()),
+                ]
+            return await fail(ApiError(status, message, details), extra)
+
+        reply = build_message(request, state)
+        state.bill(request.price, reply["usage"])
+        body_out = _encode(reply)
+        if fault == "timeout":
+            state.count_timed_out()
+            if await self._hold(receive):
+                return
+            # The server is shutting down: cut the connection rather than answer.
+            return await self._cut(send, body_out, request_id, 0)
+        if fault == "drop":
+            state.count_dropped()
+            return await self._cut(send, body_out, request_id, len(body_out) // 2)
+        state.count_status(200)
+        await _send(send, 200, body_out, [("request-id", request_id), *rate_headers])
+
+    async def _hold(self, receive: Receive) -> bool:
+        """Waits without answering; True once the client went away, False on server shutdown."""
+
+        async def gone() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        waits = [asyncio.ensure_future(gone()), asyncio.ensure_future(self.closing.wait())]
+        done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return waits[0] in done
+
+    @staticmethod
+    async def _cut(send: Send, body: bytes, request_id: str, keep: int) -> None:
+        """A 200 head announcing the full body, ``keep`` bytes of it, then the connection dies."""
+        raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        raw.append((b"request-id", request_id.encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": raw})
+        await send({"type": "http.response.body", "body": body[:keep], "more_body": True})
+        # Returning now makes uvicorn close the connection mid-body (its log line is filtered).
+
+
+def create_app(state: FakeProviderState | None = None) -> FakeAnthropicApp:
+    return FakeAnthropicApp(state)
+
+
+# --- serving ------------------------------------------------------------------------------------
+
+
+class _DropLogFilter(logging.Filter):
+    """A drop ends the response on purpose; uvicorn would log it as an application error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "ASGI callable returned without completing response."
+
+
+def build_server(app: FakeAnthropicApp, host: str = "127.0.0.1", port: int = 8787) -> FakeServer:
+    """uvicorn on the asyncio loop with h11, a 2048 backlog, no concurrency limit, keep-alive on."""
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        backlog=2048,
+        loop="asyncio",
+        http="h11",
+        lifespan="on",
+        limit_concurrency=None,
+        timeout_keep_alive=15,
+        timeout_graceful_shutdown=3,
+        access_log=False,
+    )
+    error_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _DropLogFilter) for f in error_log.filters):
+        error_log.addFilter(_DropLogFilter())
+    server = FakeServer(config)
+    server.fake_app = app
+    return server
+
+
+class FakeServer(uvicorn.Server):
+    """uvicorn.Server that records the bound port (port 0 picks a free one) and sets ``ready``
+    (a threading.Event) once it listens, after calling ``on_started(server)`` if given."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+        self.bound_port: int | None = None
+        self.on_started: Callable[[FakeServer], None] | None = None
+        self.fake_app: FakeAnthropicApp | None = None
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self.bound_port = self.servers[0].sockets[0].getsockname()[1]
+            if self.on_started:
+                self.on_started(self)
+            self.ready.set()
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        if self.fake_app is not None:
+            self.fake_app.closing.set()
+        await super().shutdown(sockets)

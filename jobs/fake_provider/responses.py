@@ -1,0 +1,328 @@
+"""Request validation, deterministic replies, usage with prompt caching, and error bodies.
+
+Tokens are estimated as ceil(len(text) / 4) per content block (non-text blocks: their JSON).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from .state import CACHE_TTLS, DEFAULT_CACHE_TTL, FakeProviderState, Price, price_for
+
+__all__ = [
+    "ApiError",
+    "FAULT_ERRORS",
+    "MessagesRequest",
+    "build_message",
+    "error_body",
+    "new_request_id",
+    "parse_request",
+    "should_retry",
+]
+
+MAX_CACHE_CONTROL_BLOCKS = 4
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "api_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+# fault name -> (status, message, error.details)
+FAULT_ERRORS: dict[str, tuple[int, str, dict[str, str] | None]] = {
+    "400": (400, "Injected fault: the request was rejected as invalid.", None),
+    "401": (401, "invalid x-api-key", None),
+    "403": (403, "Your API key does not have permission to use the specified resource.", None),
+    "404": (404, "The requested resource could not be found.", None),
+    "409": (409, "Conflict: the request could not be completed. Please retry.", None),
+    "413": (413, "Request exceeds the maximum allowed number of bytes.", None),
+    "429": (
+        429,
+        "This request would exceed the rate limit for your organization. Please try again later.",
+        None,
+    ),
+    "500": (500, "Internal server error", None),
+    "502": (502, "Bad gateway", None),
+    "503": (503, "Service unavailable", None),
+    "504": (504, "Request timed out", None),
+    "529": (529, "Overloaded", None),
+    "context": (400, "prompt is too long: 210000 tokens > 200000 maximum", None),
+    "usagelimit": (
+        400,
+        "You have reached your specified API usage limits. "
+        "You will regain access on 2026-12-01 at 00:00 UTC.",
+        None,
+    ),
+    "spendcap": (
+        429,
+        "You have reached your workspace's enforced spend limit.",
+        {"error_code": "enforced_spend_limit_reached"},
+    ),
+}
+
+_VOCABULARY = (
+    "alpha bravo cache delta echo fake golden harbor index jitter kernel ledger metric node orbit "
+    "packet queue retry signal token upstream vector window yield zone"
+).split()
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, details: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.details = status, message, details
+
+    @property
+    def type(self) -> str:
+        return ERROR_TYPES.get(self.status, "api_error")
+
+
+def new_request_id() -> str:
+    return "req_" + uuid.uuid4().hex[:24]
+
+
+def error_body(error: ApiError, request_id: str) -> dict[str, Any]:
+    inner: dict[str, Any] = {"type": error.type, "message": error.message}
+    if error.details:
+        inner["details"] = error.details
+    return {"type": "error", "error": inner, "request_id": request_id}
+
+
+def should_retry(error: ApiError) -> bool:
+    """What x-should-retry says: 408/409/429/5xx, except a spend limit."""
+    if error.details and error.details.get("error_code") == "enforced_spend_limit_reached":
+        return False
+    return error.status in (408, 409, 429) or error.status >= 500
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+@dataclass
+class Segment:
+    """One content block of the prompt in cache order: system blocks, then message blocks."""
+
+    identity: str
+    tokens: int
+    ttl: str | None  # the ttl of its cache_control marker, if it carries one
+
+
+@dataclass
+class MessagesRequest:
+    model: str
+    price: Price
+    max_tokens: int
+    segments: list[Segment]
+    digest: bytes
+    last_user_text: str
+
+
+def _invalid(message: str) -> ApiError:
+    return ApiError(400, message)
+
+
+def _tokens(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
+def _segment(block: Any, where: str, role: str, counter: list[int]) -> Segment:
+    if isinstance(block, str):
+        return Segment(json.dumps([role, block]), _tokens(block), None)
+    if not isinstance(block, dict):
+        raise _invalid(f"{where}: Input should be a valid dictionary")
+    kind = block.get("type")
+    if not isinstance(kind, str):
+        raise _invalid(f"{where}.type: Field required")
+    if kind == "text" and not isinstance(block.get("text"), str):
+        raise _invalid(
+            f"{where}.text: Field required"
+            if "text" not in block
+            else f"{where}.text: Input should be a valid string"
+        )
+    ttl = None
+    marker = block.get("cache_control")
+    if marker is not None:
+        if not isinstance(marker, dict) or marker.get("type") != "ephemeral":
+            raise _invalid(f"{where}.cache_control.type: Input should be 'ephemeral'")
+        ttl = marker.get("ttl", DEFAULT_CACHE_TTL)
+        if ttl not in CACHE_TTLS:
+            raise _invalid(f"{where}.cache_control.ephemeral.ttl: Input should be '5m' or '1h'")
+        counter[0] += 1
+    bare = {k: v for k, v in block.items() if k != "cache_control"}
+    measured = bare["text"] if kind == "text" else json.dumps(bare, sort_keys=True)
+    return Segment(json.dumps([role, bare], sort_keys=True), _tokens(measured), ttl)
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return " ".join(b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text")
+
+
+def parse_request(payload: Any) -> MessagesRequest:
+    """Validates a Messages API body like Anthropic does; raises ApiError (400 / 404)."""
+    if not isinstance(payload, dict):
+        raise _invalid("Request body must be a JSON object")
+    for name in ("model", "max_tokens", "messages"):
+        if name not in payload:
+            raise _invalid(f"{name}: Field required")
+    model = payload["model"]
+    if not isinstance(model, str) or not model:
+        raise _invalid("model: Input should be a valid string")
+    max_tokens = payload["max_tokens"]
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        raise _invalid("max_tokens: Input should be a valid integer")
+    if max_tokens < 1:
+        raise _invalid("max_tokens: Input should be greater than or equal to 1")
+    messages = payload["messages"]
+    if not isinstance(messages, list):
+        raise _invalid("messages: Input should be a valid list")
+    if not messages:
+        raise _invalid("messages: at least one message is required")
+    temperature = payload.get("temperature")
+    if temperature is not None:
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+            raise _invalid("temperature: Input should be a valid number")
+        if not 0 <= temperature <= 1:
+            raise _invalid("temperature: Input should be between 0 and 1")
+    if payload.get("metadata") is not None and not isinstance(payload["metadata"], dict):
+        raise _invalid("metadata: Input should be a valid dictionary")
+    if payload.get("stream"):
+        raise _invalid("stream: streaming is not supported by the fake provider")
+
+    counter = [0]
+    segments: list[Segment] = []
+    tools = payload.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _invalid("tools: Input should be a valid list")
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict):
+                raise _invalid(f"tools.{i}: Input should be a valid dictionary")
+            segments.append(_segment({"type": "tool", **tool}, f"tools.{i}", "tools", counter))
+    system = payload.get("system")
+    if isinstance(system, str):
+        segments.append(_segment(system, "system", "system", counter))
+    elif isinstance(system, list):
+        for i, block in enumerate(system):
+            if not isinstance(block, dict) or block.get("type") != "text":
+                raise _invalid(f"system.{i}.type: Input should be 'text'")
+            segments.append(_segment(block, f"system.{i}", "system", counter))
+    elif system is not None:
+        raise _invalid("system: Input should be a valid string or list")
+
+    last_user_text = ""
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise _invalid(f"messages.{i}: Input should be a valid dictionary")
+        role, content = message.get("role"), message.get("content")
+        if role not in ("user", "assistant"):
+            raise _invalid(f"messages.{i}.role: Input should be 'user' or 'assistant'")
+        if "content" not in message:
+            raise _invalid(f"messages.{i}.content: Field required")
+        if isinstance(content, str):
+            segments.append(_segment(content, f"messages.{i}.content", role, counter))
+        elif isinstance(content, list):
+            for j, block in enumerate(content):
+                segments.append(_segment(block, f"messages.{i}.content.{j}", role, counter))
+        else:
+            raise _invalid(f"messages.{i}.content: Input should be a valid string or list")
+        if role == "user":
+            last_user_text = _text_of(content)
+    if counter[0] > MAX_CACHE_CONTROL_BLOCKS:
+        raise _invalid(
+            f"A maximum of {MAX_CACHE_CONTROL_BLOCKS} blocks with cache_control may be provided. "
+            f"Found {counter[0]}."
+        )
+
+    price = price_for(model)
+    if price is None:
+        raise ApiError(404, f"model: {model}")
+    if max_tokens > price.max_output_tokens:
+        raise _invalid(
+            f"max_tokens: {max_tokens} > {price.max_output_tokens}, which is the maximum allowed "
+            f"number of output tokens for {model}"
+        )
+    canonical = json.dumps([system, messages], sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode()).digest()
+    return MessagesRequest(model, price, max_tokens, segments, digest, last_user_text)
+
+
+# --- the answer -------------------------------------------------------------------------------
+
+
+def _natural_reply(request: MessagesRequest) -> str:
+    snippet = " ".join(request.last_user_text.split())[:60]
+    words: list[str] = []
+    seed = request.digest
+    count = 6 + seed[0] % 40
+    while len(words) < count:
+        seed = hashlib.sha256(seed).digest()
+        words.extend(_VOCABULARY[b % len(_VOCABULARY)] for b in seed[: count - len(words)])
+    return f"Fake reply to: {snippet}. " + " ".join(words) + "."
+
+
+def _usage(request: MessagesRequest, state: FakeProviderState) -> dict[str, Any]:
+    total = sum(s.tokens for s in request.segments)
+    split = {"5m": 0, "1h": 0}
+    created = read = 0
+    marked = [i for i, s in enumerate(request.segments) if s.ttl]
+    if marked:
+        prefix = request.segments[: marked[-1] + 1]
+        prefix_tokens = sum(s.tokens for s in prefix)
+        if prefix_tokens >= 1:
+            key = hashlib.sha256("\n".join(s.identity for s in prefix).encode()).hexdigest()
+            ttl = prefix[-1].ttl or DEFAULT_CACHE_TTL
+            if state.cache_hit(request.model, key, ttl):
+                read = prefix_tokens
+            else:
+                created = split[ttl] = prefix_tokens
+    return {
+        "input_tokens": max(1, total - created - read),
+        "cache_creation_input_tokens": created,
+        "cache_read_input_tokens": read,
+        "cache_creation": {
+            "ephemeral_5m_input_tokens": split["5m"],
+            "ephemeral_1h_input_tokens": split["1h"],
+        },
+    }
+
+
+def build_message(request: MessagesRequest, state: FakeProviderState) -> dict[str, Any]:
+    """The full Messages API response (also touches the prompt-cache memory)."""
+    text = _natural_reply(request)
+    stop_reason = "end_turn"
+    if _tokens(text) > request.max_tokens:
+        text, stop_reason = text[: request.max_tokens * 4], "max_tokens"
+    usage = _usage(request, state)
+    usage_out = {
+        "input_tokens": usage["input_tokens"],
+        "output_tokens": _tokens(text),
+        "cache_creation_input_tokens": usage["cache_creation_input_tokens"],
+        "cache_read_input_tokens": usage["cache_read_input_tokens"],
+        "cache_creation": usage["cache_creation"],
+    }
+    return {
+        "id": "msg_" + uuid.uuid4().hex[:24],
+        "type": "message",
+        "role": "assistant",
+        "model": request.model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": usage_out,
+    }

@@ -1,0 +1,97 @@
+"""Serve the fake Anthropic Messages API (jobs/fake_provider) with uvicorn.
+
+    python manage.py fake_anthropic --port 8787 --latency-ms 20-400 --rpm 120 \\
+        --fault 529:0.2 --fault drop:0.05 --seed 7
+"""
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from jobs.fake_provider import FakeProviderState, build_server, create_app
+from jobs.fake_provider.state import FAULT_CODES, parse_fault, parse_latency, parse_rpm
+
+
+class Command(BaseCommand):
+    help = "Run the local fake Anthropic-compatible provider (POST /v1/messages, /_fake/* control)."
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--host", default="127.0.0.1", help="Interface to listen on (default 127.0.0.1)."
+        )
+        parser.add_argument(
+            "--port", default="8787", help="Port to listen on (default 8787; 0 = any free port)."
+        )
+        parser.add_argument(
+            "--latency-ms",
+            default="0",
+            help="Delay before each answer: MS (e.g. 50) or a uniform MIN-MAX (e.g. 20-400).",
+        )
+        parser.add_argument(
+            "--rpm",
+            default=None,
+            help="Requests per sliding 60 s window; over it: 429 (default: none).",
+        )
+        parser.add_argument(
+            "--fault",
+            action="append",
+            default=[],
+            metavar="CODE:RATE",
+            help="Inject a fault with probability RATE (0..1); repeatable. "
+            f"Codes: {', '.join(FAULT_CODES)}.",
+        )
+        parser.add_argument(
+            "--seed", default=None, help="Seed for fault draws and latency (repeatable runs)."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        host = options["host"].strip()
+        if not host:
+            raise CommandError("--host must not be empty")
+        port = self._int("--port", options["port"])
+        if not 0 <= port <= 65535:
+            raise CommandError(f"--port must be between 0 and 65535, not {port}")
+        seed = None if options["seed"] is None else self._int("--seed", options["seed"])
+        try:
+            latency = parse_latency(options["latency_ms"])
+        except ValueError as exc:
+            raise CommandError(f"--latency-ms: {exc}") from None
+        try:
+            rpm = parse_rpm(options["rpm"])
+        except ValueError as exc:
+            raise CommandError(f"--rpm: {exc}") from None
+        if options["rpm"] is not None and rpm is None:
+            raise CommandError("--rpm must be a positive integer (leave it out for no limit)")
+        try:
+            faults = [parse_fault(spec) for spec in options["fault"]]
+        except ValueError as exc:
+            raise CommandError(f"--fault: {exc}") from None
+
+        state = FakeProviderState(faults=faults, latency_ms=latency, rpm=rpm, seed=seed)
+        server = build_server(create_app(state), host=host, port=port)
+        config = state.start_config
+
+        def announce(srv: Any) -> None:
+            shown_host = f"[{host}]" if ":" in host else host
+            self.stdout.write(
+                f"fake anthropic provider listening on http://{shown_host}:{srv.bound_port} "
+                f"(rpm={config.rpm or 'none'}, faults={config.faults_text()})"
+            )
+            self.stdout.flush()
+
+        server.on_started = announce
+        try:
+            server.run()
+        except SystemExit as exc:  # uvicorn exits when it cannot bind
+            if exc.code not in (None, 0):
+                raise CommandError(
+                    f"could not listen on {host}:{port} (see the error above)"
+                ) from None
+
+    @staticmethod
+    def _int(flag: str, value: str) -> int:
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            raise CommandError(f"{flag} must be an integer, not {value!r}") from None
