@@ -34,13 +34,20 @@ class FailureRecord(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     comment = models.TextField(blank=True)
+    requeued_model = models.CharField(
+        max_length=100, blank=True, help_text="The model the job was requeued with, if changed."
+    )
 
     class Meta:
         ordering = ["-created_at"]
         permissions = [
             ("requeue_failurerecord", "Can requeue dead-lettered jobs"),
-            ("resolve_failurerecord", "Can resolve or ignore dead-lettered jobs"),
+            ("requeue_other_model_failurerecord", "Can requeue dead-lettered jobs on another model"),
+            ("requeue_matching_failurerecord", "Can requeue every dead-lettered job in a filter"),
+            ("resolve_failurerecord", "Can resolve dead-lettered jobs"),
+            ("ignore_failurerecord", "Can ignore dead-lettered jobs"),
         ]
+        indexes = [models.Index(fields=["state", "-created_at"], name="failure_state_created")]
         verbose_name = "failure (DLQ)"
         verbose_name_plural = "failures (DLQ)"
 
