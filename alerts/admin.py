@@ -1,9 +1,113 @@
-"""The DLQ console: find, understand and requeue dead-lettered jobs."""
+"""The DLQ console: find, understand and requeue dead-lettered jobs from the Django admin.
 
+Every action calls a service in alerts/services.py, the same one the staff API uses.
+"""
+
+import json
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
+from django.utils.timesince import timesince
 
 from alerts.models import FailureRecord
-from alerts.services import failure_requeue, failure_resolve
+from alerts.selectors import failure_requeue_estimate
+from alerts.services import failure_close, failure_requeue, failure_requeue_matching
+from ledger.models import ModelPrice
+from ledger.selectors import cost_entries_for_job
+from llmops.errors import ApplicationError
+
+
+class AgeFilter(admin.SimpleListFilter):
+    title = "age"
+    parameter_name = "age"
+    BANDS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
+
+    def lookups(self, request, model_admin):  # type: ignore[no-untyped-def]
+        return [
+            ("1h", "Last hour"),
+            ("24h", "Last 24 hours"),
+            ("7d", "Last 7 days"),
+            ("older", "Older than 7 days"),
+        ]
+
+    def queryset(self, request, queryset):  # type: ignore[no-untyped-def]
+        now = timezone.now()
+        if self.value() in self.BANDS:
+            return queryset.filter(created_at__gte=now - self.BANDS[self.value()])
+        if self.value() == "older":
+            return queryset.filter(created_at__lt=now - self.BANDS["7d"])
+        return queryset
+
+
+class CostFilter(admin.SimpleListFilter):
+    title = "cost so far"
+    parameter_name = "cost"
+    BANDS = {
+        "zero": (Decimal("0"), Decimal("0")),
+        "under_cent": (Decimal("0.000001"), Decimal("0.009999")),
+        "under_dollar": (Decimal("0.01"), Decimal("0.999999")),
+        "dollar_plus": (Decimal("1"), None),
+    }
+
+    def lookups(self, request, model_admin):  # type: ignore[no-untyped-def]
+        return [
+            ("zero", "$0"),
+            ("under_cent", "under $0.01"),
+            ("under_dollar", "$0.01 - $1"),
+            ("dollar_plus", "$1 or more"),
+        ]
+
+    def queryset(self, request, queryset):  # type: ignore[no-untyped-def]
+        band = self.BANDS.get(self.value() or "")
+        if band is None:
+            return queryset
+        low, high = band
+        queryset = queryset.filter(job__cost_usd__gte=low)
+        return queryset if high is None else queryset.filter(job__cost_usd__lte=high)
+
+
+class AttemptsFilter(admin.SimpleListFilter):
+    title = "attempts"
+    parameter_name = "attempts"
+
+    def lookups(self, request, model_admin):  # type: ignore[no-untyped-def]
+        return [("1", "1"), ("2-4", "2 - 4"), ("5+", "5 or more")]
+
+    def queryset(self, request, queryset):  # type: ignore[no-untyped-def]
+        if self.value() == "1":
+            return queryset.filter(attempts=1)
+        if self.value() == "2-4":
+            return queryset.filter(attempts__gte=2, attempts__lte=4)
+        if self.value() == "5+":
+            return queryset.filter(attempts__gte=5)
+        return queryset
+
+
+class ModelChoiceForm(forms.Form):
+    model = forms.ChoiceField(label="Run on model")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        models = ModelPrice.objects.order_by("model").values_list("model", flat=True).distinct()
+        self.fields["model"].choices = [(m, m) for m in models]
+
+
+class CommentForm(forms.Form):
+    comment = forms.CharField(
+        label="Comment (optional)", required=False, widget=forms.Textarea(attrs={"rows": 3})
+    )
 
 
 @admin.register(FailureRecord)
@@ -16,17 +120,76 @@ class FailureRecordAdmin(admin.ModelAdmin):
         "job_model",
         "http_status",
         "attempts",
+        "cost_so_far",
+        "age",
         "state",
-        "job",
+        "job_link",
     ]
-    list_filter = ["severity", "reason_code", "state", "job__feature", "job__model"]
-    search_fields = ["=job__id", "request_id", "message"]
-    list_select_related = ["job", "handled_by"]
+    list_filter = [
+        "severity",
+        "reason_code",
+        ("job__feature", admin.AllValuesFieldListFilter),
+        ("job__model", admin.AllValuesFieldListFilter),
+        "http_status",
+        AttemptsFilter,
+        CostFilter,
+        AgeFilter,
+        "state",
+    ]
+    search_fields = ["=job__id", "=request_id", "message"]
+    list_select_related = ["job"]
     date_hierarchy = "created_at"
-    readonly_fields = [f.name for f in FailureRecord._meta.fields]
-    actions = ["requeue", "mark_resolved"]
+    actions = ["requeue", "requeue_with_model", "resolve", "ignore"]
+    fieldsets = [
+        (
+            "Failure",
+            {
+                "fields": [
+                    "severity",
+                    "reason_code",
+                    "retries_exhausted",
+                    "created_at",
+                    "state",
+                    "handled_by",
+                    "handled_at",
+                    "comment",
+                    "requeued_model",
+                ]
+            },
+        ),
+        ("Job and outcome", {"fields": ["job_link", "job_outcome", "attempts", "total_cost"]}),
+        (
+            "Provider error",
+            {"fields": ["http_status", "error_type", "message", "request_id"]},
+        ),
+        ("Attempt timeline", {"fields": ["attempt_timeline"]}),
+        ("Request", {"fields": ["request_snapshot_pretty"]}),
+    ]
+    readonly_fields = [
+        "severity",
+        "reason_code",
+        "retries_exhausted",
+        "created_at",
+        "state",
+        "handled_by",
+        "handled_at",
+        "comment",
+        "requeued_model",
+        "job_link",
+        "job_outcome",
+        "attempts",
+        "total_cost",
+        "http_status",
+        "error_type",
+        "message",
+        "request_id",
+        "attempt_timeline",
+        "request_snapshot_pretty",
+    ]
 
-    @admin.display(ordering="job__feature")
+    # --- columns -------------------------------------------------------------------------
+
+    @admin.display(ordering="job__feature", description="feature")
     def feature(self, record: FailureRecord) -> str:
         return record.job.feature
 
@@ -34,29 +197,270 @@ class FailureRecordAdmin(admin.ModelAdmin):
     def job_model(self, record: FailureRecord) -> str:
         return record.job.model
 
-    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
+    @admin.display(ordering="job__cost_usd", description="cost so far")
+    def cost_so_far(self, record: FailureRecord) -> str:
+        return f"${record.job.cost_usd}"
+
+    @admin.display(ordering="created_at", description="age")
+    def age(self, record: FailureRecord) -> str:
+        return timesince(record.created_at)
+
+    @admin.display(description="job")
+    def job_link(self, record: FailureRecord) -> str:
+        url = reverse("admin:jobs_llmjob_change", args=[record.job_id])
+        return format_html('<a href="{}">{}</a>', url, record.job_id)
+
+    @admin.display(description="job status now")
+    def job_outcome(self, record: FailureRecord) -> str:
+        job = record.job
+        later = (
+            FailureRecord.objects.filter(job_id=job.id, created_at__gt=record.created_at)
+            .order_by("created_at")
+            .first()
+        )
+        text = f"{job.status} after {job.attempts} attempt(s)"
+        if later is not None:
+            url = reverse("admin:alerts_failurerecord_change", args=[later.id])
+            return format_html('{} &mdash; failed again: <a href="{}">{}</a>', text, url, later)
+        return text
+
+    @admin.display(description="total cost")
+    def total_cost(self, record: FailureRecord) -> str:
+        return f"${record.job.cost_usd}"
+
+    @admin.display(description="attempts (ledger)")
+    def attempt_timeline(self, record: FailureRecord) -> str:
+        rows = [
+            (
+                e.attempt,
+                e.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                e.outcome,
+                e.http_status or "-",
+                e.reason_code or "-",
+                f"{e.retry_delay_seconds:.1f} s" if e.retry_delay_seconds is not None else "-",
+                f"{e.latency_ms} ms" if e.latency_ms is not None else "-",
+                f"${e.cost_usd}" + (" (estimated)" if e.is_estimated else ""),
+            )
+            for e in cost_entries_for_job(job_id=record.job_id)
+        ]
+        if not rows:
+            return "No attempt reached the ledger."
+        header = mark_safe(  # a constant, no user data
+            "<tr><th>#</th><th>at</th><th>outcome</th><th>status</th><th>reason</th>"
+            "<th>retry delay</th><th>latency</th><th>cost</th></tr>"
+        )
+        body = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td>{}</td><td>{}</td></tr>",
+            rows,
+        )
+        return format_html(
+            '<table class="attempt-timeline">{}{}</table><p>Total: <strong>${}</strong></p>',
+            header,
+            body,
+            record.job.cost_usd,
+        )
+
+    @admin.display(description="request snapshot")
+    def request_snapshot_pretty(self, record: FailureRecord) -> str:
+        pretty = json.dumps(record.request_snapshot, indent=2, ensure_ascii=False)
+        return format_html('<pre class="request-snapshot">{}</pre>', pretty)
+
+    # --- permissions -----------------------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def has_requeue_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Records change only through the actions; the detail page is read-only.
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("alerts.view_failurerecord") or request.user.has_perm(
+            "alerts.change_failurerecord"
+        )
+
+    def has_requeue_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("alerts.requeue_failurerecord")
 
-    def has_resolve_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+    def has_requeue_other_model_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("alerts.requeue_other_model_failurerecord")
+
+    def has_requeue_matching_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("alerts.requeue_matching_failurerecord")
+
+    def has_resolve_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("alerts.resolve_failurerecord")
 
-    @admin.action(description="Requeue selected jobs (fresh retry budget)", permissions=["requeue"])
-    def requeue(self, request, queryset):  # type: ignore[no-untyped-def]
-        moved = sum(failure_requeue(record=r, by=request.user) for r in queryset)
-        skipped = queryset.count() - moved
-        self.message_user(request, f"Requeued {moved} job(s).", messages.SUCCESS)
-        if skipped:
+    def has_ignore_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("alerts.ignore_failurerecord")
+
+    # --- actions ---------------------------------------------------------------------------
+
+    def _report(self, request: HttpRequest, done: int, total: int, verb: str) -> None:
+        self.message_user(request, f"{verb} {done} of {total} selected.", messages.SUCCESS)
+        if done < total:
             self.message_user(
-                request, f"{skipped} record(s) were not open and were left alone.", messages.WARNING
+                request,
+                f"{total - done} record(s) were already handled and were left alone.",
+                messages.WARNING,
             )
 
-    @admin.action(description="Mark selected as resolved", permissions=["resolve"])
-    def mark_resolved(self, request, queryset):  # type: ignore[no-untyped-def]
-        done = sum(failure_resolve(record=r, by=request.user) for r in queryset)
-        self.message_user(request, f"Marked {done} record(s) resolved.", messages.SUCCESS)
+    @admin.action(description="Requeue selected jobs (fresh retry budget)", permissions=["requeue"])
+    def requeue(self, request: HttpRequest, queryset: QuerySet[FailureRecord]) -> None:
+        done = 0
+        for record in queryset:
+            try:
+                done += failure_requeue(record=record, by=request.user)  # type: ignore[arg-type]
+            except ApplicationError:
+                pass
+        self._report(request, done, len(queryset), "Requeued")
+
+    @admin.action(
+        description="Requeue selected jobs with another model…",
+        permissions=["requeue_other_model"],
+    )
+    def requeue_with_model(
+        self, request: HttpRequest, queryset: QuerySet[FailureRecord]
+    ) -> HttpResponse | None:
+        form = ModelChoiceForm(request.POST if "apply" in request.POST else None)
+        if "apply" in request.POST and form.is_valid():
+            model = form.cleaned_data["model"]
+            done = 0
+            for record in queryset:
+                try:
+                    done += failure_requeue(
+                        record=record,
+                        by=request.user,  # type: ignore[arg-type]
+                        model=model,
+                    )
+                except ApplicationError as exc:
+                    self.message_user(request, f"{record}: {exc.message}", messages.ERROR)
+            self._report(request, done, len(queryset), f"Requeued on {model}")
+            return None
+        estimate = failure_requeue_estimate(records=queryset)
+        return self._intermediate(
+            request,
+            queryset,
+            action="requeue_with_model",
+            title="Requeue with another model",
+            form=form,
+            button="Requeue on this model",
+            estimate=estimate,
+        )
+
+    @admin.action(description="Resolve selected…", permissions=["resolve"])
+    def resolve(
+        self, request: HttpRequest, queryset: QuerySet[FailureRecord]
+    ) -> HttpResponse | None:
+        return self._close(request, queryset, FailureRecord.State.RESOLVED, "Resolve")
+
+    @admin.action(description="Ignore selected…", permissions=["ignore"])
+    def ignore(self, request: HttpRequest, queryset: QuerySet[FailureRecord]) -> HttpResponse | None:
+        return self._close(request, queryset, FailureRecord.State.IGNORED, "Ignore")
+
+    def _close(
+        self, request: HttpRequest, queryset: QuerySet[FailureRecord], state: str, verb: str
+    ) -> HttpResponse | None:
+        form = CommentForm(request.POST if "apply" in request.POST else None)
+        if "apply" in request.POST and form.is_valid():
+            done = 0
+            for record in queryset:
+                try:
+                    done += failure_close(
+                        record=record,
+                        by=request.user,  # type: ignore[arg-type]
+                        comment=form.cleaned_data["comment"],
+                        state=state,
+                    )
+                except ApplicationError:
+                    pass
+            self._report(request, done, len(queryset), f"{verb}d")
+            return None
+        return self._intermediate(
+            request,
+            queryset,
+            action=state == FailureRecord.State.RESOLVED and "resolve" or "ignore",
+            title=f"{verb} failures",
+            form=form,
+            button=verb,
+        )
+
+    def _intermediate(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[FailureRecord],
+        *,
+        action: str,
+        title: str,
+        form: forms.Form,
+        button: str,
+        estimate: Any = None,
+    ) -> TemplateResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": title,
+            "records": queryset.select_related("job"),
+            "form": form,
+            "action": action,
+            "button": button,
+            "estimate": estimate,
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+            "selected_ids": [str(pk) for pk in queryset.values_list("pk", flat=True)],
+        }
+        return TemplateResponse(request, "admin/alerts/failurerecord/action_form.html", context)
+
+    # --- requeue all matching the current filter -------------------------------------------
+
+    def get_urls(self):  # type: ignore[no-untyped-def]
+        custom = [
+            path(
+                "requeue-matching/",
+                self.admin_site.admin_view(self.requeue_matching_view),
+                name="alerts_failurerecord_requeue_matching",
+            )
+        ]
+        return custom + super().get_urls()
+
+    def changelist_view(self, request, extra_context=None):  # type: ignore[no-untyped-def]
+        extra_context = extra_context or {}
+        extra_context["can_requeue_matching"] = self.has_requeue_matching_permission(request)
+        return super().changelist_view(request, extra_context=extra_context)
+
+    def requeue_matching_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_requeue_matching_permission(request):
+            raise PermissionDenied
+        # The changelist's own filtering (list filters, search, date hierarchy) picks the set,
+        # so "matching" means exactly what the operator saw.
+        filters = request.GET.copy()
+        records = self.get_changelist_instance(request).get_queryset(request)
+        estimate = failure_requeue_estimate(records=records)
+        back = reverse("admin:alerts_failurerecord_changelist") + (
+            f"?{filters.urlencode()}" if filters else ""
+        )
+        if request.method == "POST" and request.POST.get("confirm") == "yes":
+            moved = failure_requeue_matching(records=records, by=request.user)  # type: ignore[arg-type]
+            self.message_user(
+                request,
+                f"Requeued {moved} job(s) matching the filter (of {estimate.count} open).",
+                messages.SUCCESS,
+            )
+            return HttpResponseRedirect(back)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Requeue all matching failures",
+            "estimate": estimate,
+            "filters": filters.urlencode(),
+            "filter_items": [(k, v) for k, v in filters.items()],
+            "back_url": back,
+            "sample": records.filter(state=FailureRecord.State.OPEN).select_related("job")[:20],
+        }
+        return TemplateResponse(
+            request, "admin/alerts/failurerecord/requeue_matching_confirm.html", context
+        )

@@ -4,5 +4,6 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/jobs/", include("jobs.urls")),
+    path("api/v1/failures/", include("alerts.urls")),
     path("django-rq/", include("django_rq.urls")),
 ]

@@ -1,0 +1,147 @@
+"""Staff API for the dead-letter queue: the same services as the admin console."""
+
+from typing import cast
+
+from django.contrib.auth.models import User
+from rest_framework import serializers
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.permissions import BasePermission, IsAdminUser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from alerts.models import FailureRecord
+from alerts.selectors import FILTERS, failure_list
+from alerts.services import failure_close, failure_requeue
+from llmops.errors import ApplicationError, NotFound, ValidationFailed
+
+
+class FailureOutputSerializer(serializers.ModelSerializer):
+    job = serializers.SerializerMethodField()
+    handled_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = FailureRecord
+        fields = [
+            "id",
+            "severity",
+            "reason_code",
+            "retries_exhausted",
+            "http_status",
+            "error_type",
+            "message",
+            "request_id",
+            "attempts",
+            "state",
+            "created_at",
+            "handled_at",
+            "handled_by",
+            "comment",
+            "requeued_model",
+            "job",
+        ]
+
+    def get_job(self, record: FailureRecord) -> dict:
+        job = record.job
+        return {
+            "id": str(job.id),
+            "status": job.status,
+            "feature": job.feature,
+            "model": job.model,
+            "attempts": job.attempts,
+            "cost_usd": f"{job.cost_usd:.6f}",
+            "status_url": f"/api/v1/jobs/{job.id}/",
+        }
+
+
+def _permission_denied(action: str) -> ApplicationError:
+    return ApplicationError(
+        f"You do not have permission to {action} failures.",
+        code="permission_denied",
+        status_code=403,
+    )
+
+
+def _require(request: Request, perm: str, action: str) -> None:
+    if not request.user.has_perm(f"alerts.{perm}"):
+        raise _permission_denied(action)
+
+
+def _get_record(failure_id: int) -> FailureRecord:
+    record = FailureRecord.objects.select_related("job", "handled_by").filter(id=failure_id).first()
+    if record is None:
+        raise NotFound("No such failure.", code="failure_not_found")
+    return record
+
+
+class CanViewFailures(BasePermission):
+    def has_permission(self, request, view):  # type: ignore[no-untyped-def]
+        return request.user.has_perm("alerts.view_failurerecord")
+
+
+class FailureListApi(APIView):
+    permission_classes = [IsAdminUser, CanViewFailures]
+
+    def get(self, request: Request) -> Response:
+        filters = {k: v for k, v in request.query_params.items() if k in FILTERS}
+        records = failure_list(filters=filters)
+        paginator = PageNumberPagination()
+        page = paginator.paginate_queryset(records, request, view=self)
+        return paginator.get_paginated_response(FailureOutputSerializer(page, many=True).data)
+
+
+class FailureRequeueApi(APIView):
+    permission_classes = [IsAdminUser]
+
+    class InputSerializer(serializers.Serializer):
+        model = serializers.CharField(required=False, allow_blank=False, max_length=100)
+
+    def post(self, request: Request, failure_id: int) -> Response:
+        _require(request, "requeue_failurerecord", "requeue")
+        data = _validated(self.InputSerializer, request.data)
+        model = data.get("model")
+        if model:
+            _require(request, "requeue_other_model_failurerecord", "requeue on another model")
+        record = _get_record(failure_id)
+        moved = failure_requeue(record=record, by=cast(User, request.user), model=model)
+        record = _get_record(failure_id)
+        return Response({"requeued": moved, "failure": FailureOutputSerializer(record).data})
+
+
+class FailureResolveApi(APIView):
+    permission_classes = [IsAdminUser]
+
+    class InputSerializer(serializers.Serializer):
+        comment = serializers.CharField(required=False, allow_blank=True, max_length=5000)
+        state = serializers.ChoiceField(
+            choices=[FailureRecord.State.RESOLVED, FailureRecord.State.IGNORED],
+            default=FailureRecord.State.RESOLVED,
+        )
+
+    def post(self, request: Request, failure_id: int) -> Response:
+        data = _validated(self.InputSerializer, request.data)
+        if data["state"] == FailureRecord.State.IGNORED:
+            _require(request, "ignore_failurerecord", "ignore")
+        else:
+            _require(request, "resolve_failurerecord", "resolve")
+        record = _get_record(failure_id)
+        changed = failure_close(
+            record=record,
+            by=cast(User, request.user),
+            comment=data.get("comment", ""),
+            state=data["state"],
+        )
+        record = _get_record(failure_id)
+        return Response({"changed": changed, "failure": FailureOutputSerializer(record).data})
+
+
+def _validated(serializer_class: type[serializers.Serializer], data: object) -> dict:
+    serializer = serializer_class(data=data if data else {})
+    if not serializer.is_valid():
+        field = next(iter(serializer.errors))
+        raise ValidationFailed(
+            f"{field}: {serializer.errors[field][0]}",
+            code=f"invalid_{field}" if field != "non_field_errors" else "invalid_request",
+            detail=serializer.errors,
+        )
+    return dict(serializer.validated_data)

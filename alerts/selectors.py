@@ -1,0 +1,77 @@
+"""Reads on the dead-letter queue."""
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db.models import QuerySet
+
+from alerts.models import FailureRecord
+from ledger.pricing import upper_bound_cost
+from ledger.selectors import price_for_model
+from llmops.errors import ValidationFailed
+
+__all__ = ["RequeueEstimate", "failure_list", "failure_requeue_estimate"]
+
+FILTERS = {
+    "state": "state",
+    "severity": "severity",
+    "reason_code": "reason_code",
+    "feature": "job__feature",
+    "model": "job__model",
+    "http_status": "http_status",
+}
+
+
+def failure_list(*, filters: dict[str, str] | None = None) -> QuerySet[FailureRecord]:
+    records = FailureRecord.objects.select_related("job", "handled_by").order_by(
+        "-created_at", "-id"
+    )
+    for name, value in (filters or {}).items():
+        if not value:
+            continue
+        if name not in FILTERS:
+            raise ValidationFailed(f"Unknown filter {name!r}.", code="invalid_filter")
+        if name == "state" and value not in FailureRecord.State.values:
+            raise ValidationFailed(
+                f"state must be one of {', '.join(FailureRecord.State.values)}.",
+                code="invalid_filter",
+                detail={"field": "state"},
+            )
+        if name == "http_status" and not value.isdigit():
+            raise ValidationFailed(
+                "http_status must be a number.", code="invalid_filter", detail={"field": name}
+            )
+        records = records.filter(**{FILTERS[name]: value})
+    return records
+
+
+@dataclass(frozen=True)
+class RequeueEstimate:
+    count: int
+    cost_usd: Decimal
+    """Worst case for one more attempt of every job: each at its upper-bound cost."""
+
+
+def failure_requeue_estimate(
+    *, records: QuerySet[FailureRecord], model: str | None = None
+) -> RequeueEstimate:
+    """How many open records a bulk requeue would move and the most one attempt of each costs."""
+    open_records = records.filter(state=FailureRecord.State.OPEN).select_related("job")
+    prices: dict[str, object] = {}
+    total = Decimal(0)
+    count = 0
+    for record in open_records.iterator(chunk_size=500):
+        job = record.job
+        run_model = model or job.model
+        if run_model not in prices:
+            prices[run_model] = price_for_model(model=run_model)
+        price = prices[run_model]
+        count += 1
+        if price is not None:
+            total += upper_bound_cost(
+                price,  # type: ignore[arg-type]
+                messages=job.messages,
+                system=job.system,
+                max_tokens=job.max_tokens,
+            )
+    return RequeueEstimate(count=count, cost_usd=total)

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from alerts.apis import FailureListApi, FailureRequeueApi, FailureResolveApi
+
+app_name = "alerts"
+
+urlpatterns = [
+    path("", FailureListApi.as_view(), name="failure-list"),
+    path("<int:failure_id>/requeue/", FailureRequeueApi.as_view(), name="failure-requeue"),
+    path("<int:failure_id>/resolve/", FailureResolveApi.as_view(), name="failure-resolve"),
+]
