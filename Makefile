@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test lint typecheck venv dev-venv migrate services clean
+.PHONY: run test lint typecheck venv dev-venv migrate services browser clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -31,6 +31,9 @@ run: venv migrate
 services:
 	./scripts/services.sh
 
+browser:
+	./scripts/browser-deps.sh
+
 lint: dev-venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -38,7 +41,7 @@ lint: dev-venv
 typecheck: dev-venv
 	$(BIN)/mypy llmops jobs ledger alerts
 
-test: dev-venv services lint typecheck
+test: dev-venv services browser lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(BIN)/python -m pytest tests -q $(PYTEST_ARGS)
 

@@ -44,8 +44,9 @@ class AgeFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):  # type: ignore[no-untyped-def]
         now = timezone.now()
-        if self.value() in self.BANDS:
-            return queryset.filter(created_at__gte=now - self.BANDS[self.value()])
+        band = self.BANDS.get(self.value() or "")
+        if band is not None:
+            return queryset.filter(created_at__gte=now - band)
         if self.value() == "older":
             return queryset.filter(created_at__lt=now - self.BANDS["7d"])
         return queryset
@@ -101,7 +102,7 @@ class ModelChoiceForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         models = ModelPrice.objects.order_by("model").values_list("model", flat=True).distinct()
-        self.fields["model"].choices = [(m, m) for m in models]
+        self.fields["model"].choices = [(m, m) for m in models]  # type: ignore[attr-defined]
 
 
 class CommentForm(forms.Form):
@@ -360,7 +361,9 @@ class FailureRecordAdmin(admin.ModelAdmin):
         return self._close(request, queryset, FailureRecord.State.RESOLVED, "Resolve")
 
     @admin.action(description="Ignore selected…", permissions=["ignore"])
-    def ignore(self, request: HttpRequest, queryset: QuerySet[FailureRecord]) -> HttpResponse | None:
+    def ignore(
+        self, request: HttpRequest, queryset: QuerySet[FailureRecord]
+    ) -> HttpResponse | None:
         return self._close(request, queryset, FailureRecord.State.IGNORED, "Ignore")
 
     def _close(
@@ -431,6 +434,21 @@ class FailureRecordAdmin(admin.ModelAdmin):
         extra_context = extra_context or {}
         extra_context["can_requeue_matching"] = self.has_requeue_matching_permission(request)
         return super().changelist_view(request, extra_context=extra_context)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):  # type: ignore[no-untyped-def]
+        # The detail page offers the same actions as the list, for this one record.
+        labels = {
+            "requeue": "Requeue",
+            "requeue_with_model": "Requeue on another model…",
+            "resolve": "Resolve…",
+            "ignore": "Ignore…",
+        }
+        allowed = self.get_actions(request)
+        extra_context = {
+            **(extra_context or {}),
+            "record_actions": [(name, label) for name, label in labels.items() if name in allowed],
+        }
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def requeue_matching_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_requeue_matching_permission(request):

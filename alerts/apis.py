@@ -18,7 +18,9 @@ from llmops.errors import ApplicationError, NotFound, ValidationFailed
 
 class FailureOutputSerializer(serializers.ModelSerializer):
     job = serializers.SerializerMethodField()
-    handled_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    handled_by: serializers.SlugRelatedField = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
 
     class Meta:
         model = FailureRecord
@@ -83,7 +85,7 @@ class FailureListApi(APIView):
     permission_classes = [IsAdminUser, CanViewFailures]
 
     def get(self, request: Request) -> Response:
-        filters = {k: v for k, v in request.query_params.items() if k in FILTERS}
+        filters = {k: str(v) for k, v in request.query_params.items() if k in FILTERS}
         records = failure_list(filters=filters)
         paginator = PageNumberPagination()
         page = paginator.paginate_queryset(records, request, view=self)

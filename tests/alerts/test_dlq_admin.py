@@ -214,7 +214,12 @@ def test_each_action_is_refused_without_its_permission(dead_job, action, perm):
     assert f'value="{action}"' not in page
     client.post(
         CHANGELIST,
-        {"action": action, "_selected_action": [record.pk], "apply": "1", "model": "claude-haiku-4-5"},
+        {
+            "action": action,
+            "_selected_action": [record.pk],
+            "apply": "1",
+            "model": "claude-haiku-4-5",
+        },
     )
     record.refresh_from_db()
     dead_job.refresh_from_db()

@@ -1,0 +1,175 @@
+"""The DLQ console as a staff member sees it: real pages in headless Chromium (Playwright).
+
+Each test fails on any server error (HTTP 5xx) or any console error in the browser.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+
+from alerts.models import FailureRecord
+from jobs.models import LlmJob
+from tests.conftest import submit
+
+# Playwright's sync API runs an event loop in this thread; the ORM calls made by the test itself
+# stay synchronous and sequential, which is what this flag allows.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
+
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = Path(os.environ.get("SCREENSHOT_DIR", "/tmp/llmops-screenshots"))
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def page():
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            "Debian's chromium is required: make test installs it (scripts/browser-deps.sh)"
+        )
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        tab = context.new_page()
+        problems: list[str] = []
+        tab.on(
+            "console",
+            lambda msg: problems.append(f"console {msg.type}: {msg.text}")
+            if msg.type == "error"
+            else None,
+        )
+        tab.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+        tab.on(
+            "response",
+            lambda r: problems.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None,
+        )
+        tab.problems = problems  # type: ignore[attr-defined]
+        yield tab
+        context.close()
+        browser.close()
+    assert problems == [], problems
+
+
+def log_in(page, live_server, username: str) -> None:
+    page.goto(f"{live_server.url}/admin/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", "pw-staff")
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{live_server.url}/admin/")
+
+
+def make_operator(username: str = "olga") -> None:
+    user = get_user_model().objects.create_user(
+        username=username, password="pw-staff", is_staff=True
+    )
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label__in=["alerts", "jobs", "ledger"],
+            codename__in=[
+                "view_failurerecord",
+                "requeue_failurerecord",
+                "requeue_other_model_failurerecord",
+                "requeue_matching_failurerecord",
+                "resolve_failurerecord",
+                "ignore_failurerecord",
+                "view_llmjob",
+                "view_costentry",
+            ],
+        )
+    )
+
+
+@pytest.fixture
+def failures(alice_client, workers, fake_provider):
+    fake_provider.faults({"529": 1.0})
+    overloaded = [submit(alice_client, feature="alpha") for _ in range(2)]
+    workers.drain()
+    fake_provider.faults({"401": 1.0})
+    revoked = submit(alice_client, feature="beta")
+    workers.drain()
+    fake_provider.reset()
+    return {"overloaded": overloaded, "revoked": revoked}
+
+
+def test_a_staff_member_finds_understands_and_requeues_a_failed_job(
+    page, live_server, failures, workers
+):
+    make_operator()
+    log_in(page, live_server, "olga")
+    page.click("text=Failures (DLQ)")
+    page.wait_for_selector("#result_list")
+    assert page.locator("#result_list tbody tr").count() == 3
+    page.screenshot(path=SCREENSHOTS / "dlq-list.png", full_page=True)
+
+    # Narrow to the overload storm with the list filter, then open one record.
+    page.click("#changelist-filter >> text=overloaded")
+    page.wait_for_selector("#result_list")
+    assert page.locator("#result_list tbody tr").count() == 2
+    page.locator("#result_list tbody tr th a").first.click()
+    page.wait_for_selector(".attempt-timeline")
+    assert page.locator(".attempt-timeline tr").count() == 5  # header + 4 attempts
+    assert "overloaded_error" in page.content()
+    assert "Classify: please refund my order" in page.locator(".request-snapshot").inner_text()
+    page.screenshot(path=SCREENSHOTS / "dlq-detail.png", full_page=True)
+
+    # Requeue it from its own page.
+    page.click("#record-requeue")
+    page.wait_for_selector("ul.messagelist")
+    assert "Requeued 1 of 1" in page.locator("ul.messagelist").inner_text()
+
+    # And another one from the list, with the action menu.
+    page.locator("#result_list tbody tr input.action-select").last.check()
+    page.select_option("select[name=action]", "requeue")
+    page.click("button[name=index]")
+    page.wait_for_selector("ul.messagelist")
+    workers.drain()
+    assert LlmJob.objects.filter(status="completed").count() == 2
+
+
+def test_requeue_all_matching_shows_count_and_estimate_before_acting(
+    page, live_server, failures, workers
+):
+    make_operator()
+    log_in(page, live_server, "olga")
+    page.goto(f"{live_server.url}/admin/alerts/failurerecord/?reason_code__exact=overloaded")
+    page.click("#requeue-matching")
+    page.wait_for_selector("#matching-count")
+    assert page.locator("#matching-count").inner_text() == "2"
+    assert page.locator("#matching-estimate").inner_text().startswith("$0.0")
+    page.screenshot(path=SCREENSHOTS / "dlq-requeue-matching.png", full_page=True)
+    page.click("#confirm-requeue")
+    page.wait_for_selector("ul.messagelist")
+    assert "Requeued 2 job(s)" in page.locator("ul.messagelist").inner_text()
+    revoked = FailureRecord.objects.get(job=failures["revoked"])
+    assert revoked.state == "open"
+    assert LlmJob.objects.filter(status="queued").count() == 2
+
+
+def test_resolve_with_a_comment_from_the_intermediate_page(page, live_server, failures):
+    make_operator()
+    log_in(page, live_server, "olga")
+    page.goto(f"{live_server.url}/admin/alerts/failurerecord/?severity__exact=CRITICAL")
+    page.locator("#result_list tbody tr input.action-select").first.check()
+    page.select_option("select[name=action]", "resolve")
+    page.click("button[name=index]")
+    page.wait_for_selector("textarea[name=comment]")
+    page.screenshot(path=SCREENSHOTS / "dlq-resolve-form.png", full_page=True)
+    page.fill("textarea[name=comment]", "Key rotated; jobs re-submitted by the team")
+    page.click("input[type=submit][value=Resolve]")
+    page.wait_for_selector("ul.messagelist")
+    record = FailureRecord.objects.get(job=failures["revoked"])
+    assert record.state == "resolved" and record.comment.startswith("Key rotated")
