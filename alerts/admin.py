@@ -21,6 +21,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
+from alerts import admin_alerts  # noqa: F401  (registers the AlertRoute and Alert admins)
 from alerts.models import FailureRecord
 from alerts.selectors import failure_requeue_estimate
 from alerts.services import failure_close, failure_requeue, failure_requeue_matching

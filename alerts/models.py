@@ -42,7 +42,10 @@ class FailureRecord(models.Model):
         ordering = ["-created_at"]
         permissions = [
             ("requeue_failurerecord", "Can requeue dead-lettered jobs"),
-            ("requeue_other_model_failurerecord", "Can requeue dead-lettered jobs on another model"),
+            (
+                "requeue_other_model_failurerecord",
+                "Can requeue dead-lettered jobs on another model",
+            ),
             ("requeue_matching_failurerecord", "Can requeue every dead-lettered job in a filter"),
             ("resolve_failurerecord", "Can resolve dead-lettered jobs"),
             ("ignore_failurerecord", "Can ignore dead-lettered jobs"),
@@ -53,3 +56,159 @@ class FailureRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.severity} {self.reason_code} job {self.job_id}"
+
+
+class AlertKind(models.TextChoices):
+    SLACK = "slack", "Slack incoming webhook"
+    PAGERDUTY = "pagerduty", "PagerDuty Events API v2"
+    WEBHOOK = "webhook", "Generic JSON webhook"
+    EMAIL = "email", "Email"
+
+
+class AlertRoute(models.Model):
+    """One destination for the alerts of one severity, edited by staff in the admin.
+
+    A severity with no row at all (enabled or not) falls back to ``settings.ALERT_ROUTES``;
+    disabling every row of a severity is how staff silence it.
+    """
+
+    name = models.CharField(max_length=100, blank=True)
+    severity = models.CharField(max_length=10, choices=Severity.choices, db_index=True)
+    kind = models.CharField(max_length=10, choices=AlertKind.choices)
+    target = models.CharField(
+        max_length=500,
+        help_text=(
+            "slack/webhook: the URL; pagerduty: the integration's routing key; "
+            "email: comma-separated addresses. A secret: shown redacted everywhere else."
+        ),
+    )
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["severity", "kind", "id"]
+
+    def __str__(self) -> str:
+        from alerts.routing import redact_target
+
+        label = self.name or f"{self.kind} {redact_target(kind=self.kind, target=self.target)}"
+        return f"{self.severity}: {label}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from alerts.routing import target_problem
+
+        problem = target_problem(kind=self.kind, target=self.target)
+        if problem:
+            raise ValidationError({"target": problem})
+
+
+class AlertFingerprint(models.Model):
+    """Deduplication and condition state of one fingerprint.
+
+    Exactly one row per fingerprint; services lock it with ``select_for_update`` so that
+    concurrent workers agree on whether an occurrence is sent or folded.
+    """
+
+    fingerprint = models.CharField(max_length=255, unique=True)
+    severity = models.CharField(max_length=10, choices=Severity.choices)
+    last_alert = models.ForeignKey(
+        "Alert", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    last_sent_at = models.DateTimeField(null=True, blank=True)
+    folded_count = models.PositiveIntegerField(
+        default=0, help_text="Occurrences folded since the last alert was sent."
+    )
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    active = models.BooleanField(
+        default=False, help_text="For conditions (queue health): raised and not yet resolved."
+    )
+
+    def __str__(self) -> str:
+        return self.fingerprint
+
+
+class Alert(models.Model):
+    """One notification that was (or is being) sent: a trigger, or the resolve of a condition."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        PARTIAL = "partial", "Partly failed"
+        FAILED = "failed", "Failed"
+        UNROUTED = "unrouted", "No destination"
+
+    class Action(models.TextChoices):
+        TRIGGER = "trigger", "Trigger"
+        RESOLVE = "resolve", "Resolve"
+
+    fingerprint = models.CharField(max_length=255, db_index=True)
+    severity = models.CharField(max_length=10, choices=Severity.choices, db_index=True)
+    action = models.CharField(max_length=10, choices=Action.choices, default=Action.TRIGGER)
+    source = models.CharField(max_length=20, help_text="failure or queue_health")
+    title = models.CharField(max_length=300)
+    body = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    failure = models.ForeignKey(
+        FailureRecord, null=True, blank=True, on_delete=models.SET_NULL, related_name="alerts"
+    )
+    destinations = models.JSONField(
+        default=list, blank=True, help_text="Where it went, redacted: [{kind, target}]."
+    )
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(default=0, help_text="Delivery attempts, all told.")
+    last_error = models.TextField(blank=True)
+    folded_count = models.PositiveIntegerField(
+        default=0, help_text="Similar occurrences folded in since the previous alert."
+    )
+    folded_since = models.DateTimeField(null=True, blank=True)
+    repeat_count = models.PositiveIntegerField(
+        default=0, help_text="Later occurrences folded into this alert (not sent)."
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.severity} {self.action} {self.title}"
+
+
+class AlertDelivery(models.Model):
+    """One alert to one destination; retried on its own so that one failure blocks no other."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed"
+
+    alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="deliveries")
+    route = models.ForeignKey(
+        AlertRoute, null=True, blank=True, on_delete=models.SET_NULL, related_name="deliveries"
+    )
+    kind = models.CharField(max_length=10, choices=AlertKind.choices)
+    # Stored as configured (a resolve must reach the same PagerDuty key); never logged.
+    target = models.CharField(max_length=500)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    history = models.JSONField(
+        default=list, blank=True, help_text="Every attempt: {attempt, at, ok, error, ms}."
+    )
+    next_attempt_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the pending attempt is due; empty once final."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name_plural = "alert deliveries"
+        indexes = [models.Index(fields=["state", "next_attempt_at"], name="alertdelivery_due")]
+
+    def __str__(self) -> str:
+        from alerts.routing import redact_target
+
+        return f"{self.kind} {redact_target(kind=self.kind, target=self.target)}"

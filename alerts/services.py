@@ -2,6 +2,7 @@
 
 import logging
 
+import django_rq
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
@@ -34,7 +35,7 @@ def failure_record_create(
     request_id: str = "",
 ) -> FailureRecord:
     """Dead-letter a job. The snapshot holds the request as sent, never credentials."""
-    return FailureRecord.objects.create(
+    record = FailureRecord.objects.create(
         job=job,
         severity=severity,
         reason_code=reason_code,
@@ -50,6 +51,13 @@ def failure_record_create(
             "metadata": job.metadata,
         },
     )
+    # The alert is raised on the alerts queue after commit: never inside the LLM job, never for
+    # a rolled-back record. robust: a Redis error must not fail a job already committed failed.
+    transaction.on_commit(
+        lambda: django_rq.get_queue("alerts").enqueue("alerts.tasks.alert_for_failure", record.id),
+        robust=True,
+    )
+    return record
 
 
 @transaction.atomic

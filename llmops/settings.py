@@ -230,3 +230,93 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"httpx": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}},
 }
+
+# --- Alerts -----------------------------------------------------------------------------------
+
+ALERT_SEVERITIES = ("WARNING", "ERROR", "CRITICAL")
+ALERT_KINDS = ("slack", "pagerduty", "webhook", "email")
+
+
+def alert_routes_from_env(name: str) -> dict[str, list[dict[str, str]]]:
+    """ALERT_ROUTES: {"<SEVERITY>": [{"kind": ..., "target": ..., "name": ...}, ...]}.
+
+    Errors say where the bad entry is, never what its target is: targets are secrets.
+    """
+    value = envjson(name, {})
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object keyed by severity")
+    routes: dict[str, list[dict[str, str]]] = {}
+    for severity, destinations in value.items():
+        if severity not in ALERT_SEVERITIES:
+            raise ImproperlyConfigured(
+                f"{name}: unknown severity {severity!r}; use {', '.join(ALERT_SEVERITIES)}"
+            )
+        if not isinstance(destinations, list):
+            raise ImproperlyConfigured(f"{name}[{severity}] must be a list of destinations")
+        checked = []
+        for index, destination in enumerate(destinations):
+            where = f"{name}[{severity}][{index}]"
+            if not isinstance(destination, dict) or set(destination) - {"kind", "target", "name"}:
+                raise ImproperlyConfigured(f"{where} must be an object with kind, target, name")
+            kind, target = destination.get("kind"), destination.get("target")
+            if kind not in ALERT_KINDS:
+                raise ImproperlyConfigured(
+                    f"{where}: unknown kind {kind!r}; use {', '.join(ALERT_KINDS)}"
+                )
+            if not isinstance(target, str) or not target.strip():
+                raise ImproperlyConfigured(f"{where}: target must be a non-empty string")
+            if kind in ("slack", "webhook") and urlparse(target).scheme not in ("http", "https"):
+                raise ImproperlyConfigured(f"{where}: target must be an http(s) URL")
+            if kind == "email" and not all("@" in a for a in target.split(",") if a.strip()):
+                raise ImproperlyConfigured(f"{where}: target must be comma-separated addresses")
+            checked.append(
+                {"kind": kind, "target": target.strip(), "name": str(destination.get("name", ""))}
+            )
+        routes[severity] = checked
+    return routes
+
+
+def alert_retry_schedule_from_env(name: str) -> list[float]:
+    value = envjson(name, [5, 30, 120])
+    if not isinstance(value, list) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in value
+    ):
+        raise ImproperlyConfigured(f"{name} must be a JSON list of seconds, e.g. [5, 30, 120]")
+    return [float(v) for v in value]
+
+
+def queue_wait_thresholds_from_env(name: str) -> dict[str, float]:
+    value = envjson(name, {"llm": 60})
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object: {{queue: seconds}}")
+    for queue, seconds in value.items():
+        if queue not in RQ_QUEUES:
+            raise ImproperlyConfigured(f"{name}: unknown queue {queue!r}; see RQ_QUEUES")
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise ImproperlyConfigured(f"{name}[{queue}] must be a number of seconds >= 0")
+    return {queue: float(seconds) for queue, seconds in value.items()}
+
+
+ALERT_ROUTES = alert_routes_from_env("ALERT_ROUTES")
+"""Default destinations per severity, used for a severity that has no AlertRoute row at all."""
+ALERT_PAGERDUTY_EVENTS_URL = os.environ.get(
+    "ALERT_PAGERDUTY_EVENTS_URL", "https://events.pagerduty.com/v2/enqueue"
+)
+ALERT_DEDUP_SECONDS = envint("ALERT_DEDUP_SECONDS", 600, minimum=0)
+"""The same fingerprint within this many seconds of the last sent alert is counted, not sent."""
+ALERT_RETRY_SCHEDULE = alert_retry_schedule_from_env("ALERT_RETRY_SCHEDULE")
+"""Delays in seconds before retry n of one delivery; it is recorded failed after the last."""
+ALERT_DELIVERY_TIMEOUT = envfloat("ALERT_DELIVERY_TIMEOUT", 10.0, minimum=0.1)
+ALERT_QUEUE_WAIT_THRESHOLDS = queue_wait_thresholds_from_env("ALERT_QUEUE_WAIT_THRESHOLDS")
+"""Per queue: a WARNING when its oldest waiting job has waited longer than this many seconds."""
+ALERT_MONITOR_INTERVAL = envfloat("ALERT_MONITOR_INTERVAL", 15.0, minimum=0.1)
+ALERT_SOURCE = os.environ.get("ALERT_SOURCE", "llmops")
+"""Names this deployment in alerts (PagerDuty payload.source), e.g. llmops-prod."""
+
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "llmops-alerts@localhost")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", "False")

@@ -1,0 +1,180 @@
+"""One sender per destination kind. A sender sends one message or raises DeliveryError.
+
+Senders know nothing about the database or about retries (alerts/notifications.py owns both).
+Their errors never contain the target: it is a secret. (The settings keep the ``httpx`` logger
+at WARNING for the same reason: its INFO lines carry the request URL.)
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.core.mail import get_connection, send_mail
+
+from alerts.models import AlertKind
+from alerts.routing import scrub
+
+__all__ = ["SENDERS", "AlertMessage", "DeliveryError", "send"]
+
+# A 4xx other than these means the request or the destination is wrong (revoked Slack hook,
+# bad routing key): sending the same thing again cannot succeed.
+_RETRYABLE_4XX = {408, 409, 425, 429}
+
+_SLACK_EMOJI = {"WARNING": ":warning:", "ERROR": ":red_circle:", "CRITICAL": ":rotating_light:"}
+
+
+@dataclass(frozen=True)
+class AlertMessage:
+    """What to say, independent of where it goes."""
+
+    alert_id: int
+    fingerprint: str
+    severity: str
+    action: str
+    """trigger or resolve"""
+    title: str
+    body: str
+    source: str
+    created_at: datetime
+    details: dict[str, Any] = field(default_factory=dict)
+    folded_count: int = 0
+    folded_since: datetime | None = None
+
+    @property
+    def dedup_key(self) -> str:
+        # One PagerDuty incident per fingerprint: a follow-up after the dedup window updates the
+        # open incident, and a resolve closes the incident its trigger opened.
+        return f"llmops:{self.fingerprint}"[:255]
+
+    @property
+    def is_resolve(self) -> bool:
+        return self.action == "resolve"
+
+
+class DeliveryError(Exception):
+    """A failed send; ``retryable`` is False when sending the same again cannot help."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def _post_json(*, url: str, payload: dict[str, Any]) -> None:
+    try:
+        response = httpx.post(
+            url,
+            json=payload,
+            timeout=settings.ALERT_DELIVERY_TIMEOUT,
+            headers={"User-Agent": "llmops-alerts"},
+        )
+    except httpx.HTTPError as exc:
+        # httpx messages may quote the URL; keep the class and a scrubbed message.
+        raise DeliveryError(f"{type(exc).__name__}: {scrub(str(exc), target=url)}") from None
+    if response.is_success:
+        return
+    status = response.status_code
+    snippet = scrub(response.text[:200].strip(), target=url)
+    retryable = status >= 500 or status in _RETRYABLE_4XX
+    raise DeliveryError(f"HTTP {status}: {snippet}".rstrip(": "), retryable=retryable)
+
+
+def _webhook_payload(message: AlertMessage) -> dict[str, Any]:
+    return {
+        "id": message.alert_id,
+        "fingerprint": message.fingerprint,
+        "dedup_key": message.dedup_key,
+        "severity": message.severity,
+        "action": message.action,
+        "status": "resolved" if message.is_resolve else "firing",
+        "title": message.title,
+        "body": message.body,
+        "source": message.source,
+        "details": message.details,
+        "folded_count": message.folded_count,
+        "folded_since": message.folded_since.isoformat() if message.folded_since else None,
+        "created_at": message.created_at.isoformat(),
+    }
+
+
+def send_webhook(*, target: str, message: AlertMessage) -> None:
+    _post_json(url=target, payload=_webhook_payload(message))
+
+
+def send_slack(*, target: str, message: AlertMessage) -> None:
+    emoji = ":white_check_mark:" if message.is_resolve else _SLACK_EMOJI[message.severity]
+    headline = f"{emoji} *[{message.severity}] {message.title}*"
+    context = f"`{message.fingerprint}` · {settings.ALERT_SOURCE} · alert #{message.alert_id}"
+    blocks: list[dict[str, Any]] = [
+        # Slack caps a section's text at 3000 characters.
+        {"type": "section", "text": {"type": "mrkdwn", "text": headline[:3000]}},
+    ]
+    if message.body:
+        body = f"```{message.body[:2900]}```"
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": body}})
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": context}]})
+    # `text` is the notification and fallback line; `blocks` is what the channel shows.
+    payload = {"text": f"[{message.severity}] {message.title}", "blocks": blocks}
+    _post_json(url=target, payload=payload)
+
+
+def send_pagerduty(*, target: str, message: AlertMessage) -> None:
+    payload = {
+        "routing_key": target,
+        "event_action": "resolve" if message.is_resolve else "trigger",
+        "dedup_key": message.dedup_key,
+        "payload": {
+            # PagerDuty truncates summaries at 1024 characters.
+            "summary": f"[{message.severity}] {message.title}"[:1024],
+            "severity": message.severity.lower(),
+            "source": settings.ALERT_SOURCE,
+            "component": str(message.details.get("feature") or message.details.get("queue", "")),
+            "group": str(message.details.get("model", "")),
+            "class": str(message.details.get("reason_code") or message.source),
+            "timestamp": message.created_at.isoformat(),
+            "custom_details": {
+                "body": message.body,
+                "folded_count": message.folded_count,
+                **message.details,
+            },
+        },
+        "client": "llmops",
+    }
+    try:
+        _post_json(url=settings.ALERT_PAGERDUTY_EVENTS_URL, payload=payload)
+    except DeliveryError as exc:
+        # The routing key is in the request body, not the URL; PagerDuty may echo it in errors.
+        raise DeliveryError(scrub(str(exc), target=target), retryable=exc.retryable) from None
+
+
+def send_email(*, target: str, message: AlertMessage) -> None:
+    recipients = [a.strip() for a in target.split(",") if a.strip()]
+    prefix = "RESOLVED" if message.is_resolve else message.severity
+    try:
+        send_mail(
+            subject=f"[{prefix}] {message.title}"[:250],
+            message=f"{message.body}\n\nfingerprint: {message.fingerprint}\n",
+            from_email=settings.DEFAULT_FROM_EMAIL,
+            recipient_list=recipients,
+            connection=get_connection(timeout=settings.ALERT_DELIVERY_TIMEOUT),
+        )
+    except (OSError, ValueError) as exc:
+        # smtplib's errors are OSError subclasses; they name the server, not a secret.
+        raise DeliveryError(f"{type(exc).__name__}: {exc}") from None
+
+
+SENDERS: dict[str, Callable[..., None]] = {
+    AlertKind.SLACK: send_slack,
+    AlertKind.PAGERDUTY: send_pagerduty,
+    AlertKind.WEBHOOK: send_webhook,
+    AlertKind.EMAIL: send_email,
+}
+
+
+def send(*, kind: str, target: str, message: AlertMessage) -> None:
+    sender = SENDERS.get(kind)
+    if sender is None:
+        raise DeliveryError(f"unknown destination kind {kind!r}", retryable=False)
+    sender(target=target, message=message)

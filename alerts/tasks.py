@@ -1,0 +1,21 @@
+"""RQ entry points on the ``alerts`` queue: load by id, call a service. No rule lives here."""
+
+import logging
+
+from alerts.models import FailureRecord
+from alerts.notifications import alert_delivery_attempt, alert_raise_for_failure
+
+logger = logging.getLogger(__name__)
+
+
+def alert_for_failure(failure_id: int) -> str:
+    failure = FailureRecord.objects.select_related("job").filter(id=failure_id).first()
+    if failure is None:
+        logger.warning("failure %s is gone; no alert", failure_id)
+        return "missing"
+    alert = alert_raise_for_failure(failure=failure)
+    return f"alert {alert.id}" if alert else "folded"
+
+
+def deliver_alert(delivery_id: int, attempt: int = 1) -> str:
+    return alert_delivery_attempt(delivery_id=delivery_id, attempt=attempt)

@@ -1,0 +1,99 @@
+"""Queue health: a WARNING when a queue's oldest job waits too long, a resolve when it clears."""
+
+import io
+import time
+
+import django_rq
+import pytest
+from django.core.management import call_command
+
+from alerts.models import Alert, AlertDelivery
+from alerts.notifications import queue_wait_alert_update
+from alerts.queue_health import oldest_wait_seconds
+from tests.alerts.conftest import ROUTING_KEY, SLACK_PATH, WEBHOOK_PATH
+from tests.conftest import submit
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
+
+
+def monitor() -> str:
+    out = io.StringIO()
+    call_command("monitor_queues", stdout=out)
+    return out.getvalue()
+
+
+def test_a_long_wait_warns_once_and_resolves_when_the_queue_drains(
+    settings, alice_client, workers, alert_worker, route, pagerduty, slack, webhook
+):
+    settings.ALERT_QUEUE_WAIT_THRESHOLDS = {"llm": 1}
+    route("WARNING", "pagerduty", ROUTING_KEY)
+    route("WARNING", "slack", slack.url(SLACK_PATH))
+    route("WARNING", "webhook", webhook.url(WEBHOOK_PATH))
+    route("CRITICAL", "slack", slack.url("/critical"))
+    submit(alice_client)
+    assert "llm: 1 waiting" in monitor()
+    assert Alert.objects.count() == 0
+
+    time.sleep(1.2)
+    assert "sent trigger alert" in monitor()
+    assert "sent" not in monitor()  # still over the threshold: no repeat
+    (alert,) = Alert.objects.all()
+    assert (alert.severity, alert.fingerprint, alert.action) == (
+        "WARNING",
+        "queue_wait:llm",
+        "trigger",
+    )
+    alert_worker.drain()
+    (trigger,) = pagerduty.bodies
+    assert trigger["routing_key"] == ROUTING_KEY and trigger["event_action"] == "trigger"
+    assert trigger["dedup_key"] == "llmops:queue_wait:llm"
+    assert trigger["payload"]["severity"] == "warning"
+    assert trigger["payload"]["summary"].startswith("[WARNING] Queue llm: oldest job waiting")
+    assert trigger["payload"]["custom_details"]["threshold_seconds"] == 1
+    assert [r["path"] for r in slack.requests] == [SLACK_PATH]
+
+    workers.drain()
+    assert "sent resolve alert" in monitor()
+    assert "sent" not in monitor()
+    alert_worker.drain()
+    resolve = pagerduty.bodies[1]
+    assert resolve["event_action"] == "resolve"
+    assert resolve["dedup_key"] == trigger["dedup_key"] and resolve["routing_key"] == ROUTING_KEY
+    assert slack.bodies[1]["text"].startswith("[WARNING] Cleared: queue llm")
+    assert [b["status"] for b in webhook.bodies] == ["firing", "resolved"]
+    assert len(pagerduty.bodies) == 2 and Alert.objects.count() == 2
+    assert set(AlertDelivery.objects.values_list("state", flat=True)) == {"delivered"}
+
+
+def test_the_resolve_goes_where_the_trigger_went(route, slack, webhook):
+    old = route("WARNING", "slack", slack.url(SLACK_PATH))
+    trigger = queue_wait_alert_update(
+        queue_name="llm", oldest_wait_seconds=90.0, threshold_seconds=60
+    )
+    assert trigger is not None and trigger.action == "trigger"
+    old.enabled = False
+    old.save()
+    route("WARNING", "webhook", webhook.url(WEBHOOK_PATH))
+    assert (
+        queue_wait_alert_update(queue_name="llm", oldest_wait_seconds=120.0, threshold_seconds=60)
+        is None
+    )
+    resolve = queue_wait_alert_update(
+        queue_name="llm", oldest_wait_seconds=None, threshold_seconds=60
+    )
+    assert resolve is not None and resolve.action == "resolve"
+    assert [d.target for d in resolve.deliveries.all()] == [slack.url(SLACK_PATH)]
+
+
+def test_the_oldest_wait_comes_from_the_head_of_the_rq_queue():
+    assert oldest_wait_seconds(queue_name="default") == (0, None)
+    queue = django_rq.get_queue("default")
+    first = queue.enqueue("alerts.tasks.deliver_alert", 0)
+    time.sleep(0.2)
+    queue.enqueue("alerts.tasks.deliver_alert", 0)
+    waiting, wait = oldest_wait_seconds(queue_name="default")
+    assert waiting == 2 and 0.2 <= wait < 5
+    # An id whose job hash is gone is skipped, as a worker would.
+    first.delete(remove_from_queue=False)
+    waiting, wait = oldest_wait_seconds(queue_name="default")
+    assert waiting == 2 and wait < 0.2
