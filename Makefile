@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test lint typecheck venv dev-venv migrate services browser clean
+.PHONY: run test lint typecheck venv dev-venv migrate services browser bench clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -47,3 +47,6 @@ test: dev-venv services browser lint typecheck
 
 clean:
 	rm -rf $(VENV) db.sqlite3 staticfiles
+
+bench: dev-venv services
+	$(BIN)/python bench/throughput.py

@@ -182,6 +182,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 LLM_JOB_TIMEOUT = envint("LLM_JOB_TIMEOUT", 240, minimum=10)
 """Seconds RQ lets one job run before killing it; above the provider read timeout."""
 
+RQ = {"WORKER_CLASS": "llmops.workers.PreloadingWorker"}
 RQ_QUEUES = {
     "llm": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": LLM_JOB_TIMEOUT},
     "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
