@@ -151,10 +151,10 @@ def job_body(**overrides: Any) -> dict[str, Any]:
 
 
 class Workers:
-    """Drives real RQ workers on the llm queue, in burst mode, fast-forwarding scheduled retries."""
+    """Drives real RQ workers on a queue, in burst mode, fast-forwarding scheduled retries."""
 
-    def __init__(self) -> None:
-        self.queue = django_rq.get_queue("llm")
+    def __init__(self, queue_name: str = "llm") -> None:
+        self.queue = django_rq.get_queue(queue_name)
 
     def work_once(self) -> None:
         worker = SimpleWorker([self.queue], connection=self.queue.connection)
@@ -178,7 +178,7 @@ class Workers:
             self.work_once()
             if not self.release_scheduled() and not self.queue.count:
                 return
-        raise AssertionError("jobs still pending after draining")
+        raise AssertionError(f"{self.queue.name} jobs still pending after draining")
 
 
 @pytest.fixture

@@ -7,15 +7,14 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import django_rq
 import pytest
 from django.db import transaction
-from rq import SimpleWorker
 from rq.job import Job
 
 from alerts.models import AlertRoute, FailureRecord
 from alerts.services import failure_record_create
 from jobs.models import LlmJob
+from tests.conftest import Workers
 
 
 class Receiver:
@@ -99,13 +98,13 @@ def alert_settings(settings: Any) -> None:
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 
 
-class AlertWorker:
+class AlertWorker(Workers):
     """A real RQ worker on the alerts queue, in burst mode, fast-forwarding scheduled retries."""
 
     def __init__(self) -> None:
-        self.queue = django_rq.get_queue("alerts")
+        super().__init__("alerts")
 
-    def scheduled(self) -> list[tuple[Job, float]]:
+    def scheduled_with_delays(self) -> list[tuple[Job, float]]:
         """Scheduled jobs with their delay from now, in seconds."""
         from rq.utils import now
 
@@ -116,24 +115,6 @@ class AlertWorker:
             when = registry.get_scheduled_time(job)
             out.append((job, (when - now()).total_seconds()))
         return out
-
-    def release_scheduled(self) -> int:
-        registry = self.queue.scheduled_job_registry
-        ids = registry.get_job_ids()
-        for job_id in ids:
-            registry.remove(job_id)
-            self.queue.enqueue_job(Job.fetch(job_id, connection=self.queue.connection))
-        return len(ids)
-
-    def work_once(self) -> None:
-        SimpleWorker([self.queue], connection=self.queue.connection).work(burst=True)
-
-    def drain(self, *, max_rounds: int = 20) -> None:
-        for _ in range(max_rounds):
-            self.work_once()
-            if not self.release_scheduled() and not self.queue.count:
-                return
-        raise AssertionError("alert jobs still pending after draining")
 
 
 @pytest.fixture

@@ -97,7 +97,7 @@ def test_a_failing_destination_is_retried_on_schedule_then_failed_without_blocki
 
     alert_worker.work_once()
     delays = []
-    while scheduled := alert_worker.scheduled():
+    while scheduled := alert_worker.scheduled_with_delays():
         ((_, delay),) = scheduled
         delays.append(delay)
         alert_worker.release_scheduled()
