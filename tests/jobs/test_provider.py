@@ -121,3 +121,23 @@ def test_a_refused_connection_is_known_not_to_have_been_sent(settings):
     settings.ANTHROPIC_BASE_URL = "http://127.0.0.1:9"
     outcome = provider.call_messages(body=BODY, job_id="job-3")
     assert outcome.kind == "connection_error" and not outcome.reached_provider
+
+
+def test_a_connect_timeout_is_known_not_to_have_been_sent(settings):
+    """A listener whose accept queue is full drops new SYNs: the client's connect times out."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port), timeout=1)  # fills the queue
+    try:
+        settings.ANTHROPIC_BASE_URL = f"http://127.0.0.1:{port}"
+        settings.LLM_PROVIDER_CONNECT_TIMEOUT = 0.3
+        outcome = provider.call_messages(body=BODY, job_id="job-4")
+    finally:
+        filler.close()
+        listener.close()
+    assert outcome.kind == "connection_error" and not outcome.reached_provider
+    assert "ConnectTimeout" in outcome.message
