@@ -1,5 +1,4 @@
 from django.contrib import admin
-from django.core.exceptions import ValidationError
 
 from jobs.models import LlmJob
 
@@ -29,10 +28,3 @@ class LlmJobAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
         # The ledger references jobs; money history is never deleted.
         return False
-
-    def get_search_results(self, request, queryset, search_term):  # type: ignore[no-untyped-def]
-        # An id search with a malformed UUID finds nothing rather than failing.
-        try:
-            return super().get_search_results(request, queryset, search_term)
-        except ValidationError:
-            return queryset.none(), False
