@@ -130,7 +130,8 @@ def _record_success(job: LlmJob, outcome: provider.ProviderOutcome) -> None:
     current = _current_attempt(job)
     if current is None:
         return
-    price = price_for_model(model=current.model, at=current.started_at)
+    # The price in force when this attempt ran, not when the job first started.
+    price = price_for_model(model=current.model)
     cost = attempt_cost(price, outcome.usage) if price else Decimal(0)
     CostEntry.objects.create(
         job=current,
@@ -215,7 +216,7 @@ def record_failed_attempt(job: LlmJob, failure: AttemptFailure) -> None:
     Call inside a transaction with the job row locked.
     """
     is_unknown = failure.ledger_outcome == CostEntry.Outcome.UNKNOWN
-    price = price_for_model(model=job.model, at=job.started_at)
+    price = price_for_model(model=job.model)
     cost = Decimal(0)
     if is_unknown and price is not None:
         # The provider may have done (and billed) the work: book the most it could have cost.

@@ -363,3 +363,30 @@ def test_running_jobs_show_in_the_status(alice_client, workers, fake_provider):
     LlmJob.objects.filter(id=job.id).update(status="running", started_at=timezone.now())
     assert poll(alice_client, job)["status"] == "running"
     assert timedelta(0) <= timezone.now() - LlmJob.objects.get(id=job.id).started_at
+
+
+def test_an_attempt_is_priced_at_the_rate_in_force_when_it_ran(
+    alice_client, workers, fake_provider
+):
+    from ledger.models import ModelPrice
+
+    fake_provider.faults({"529": 1.0})
+    job = submit(alice_client)
+    workers.work_once()
+    old = price_for_model(model="claude-sonnet-4-6")
+    ModelPrice.objects.create(
+        model="claude-sonnet-4-6",
+        effective_from=timezone.now(),
+        input_per_mtok=Decimal("30"),
+        output_per_mtok=Decimal("150"),
+        cache_write_5m_per_mtok=Decimal("37.5"),
+        cache_write_1h_per_mtok=Decimal("60"),
+        cache_read_per_mtok=Decimal("3"),
+        max_output_tokens=64_000,
+    )
+    fake_provider.reset()
+    workers.drain()
+    success = entries(job)[-1]
+    assert success.price.input_per_mtok == Decimal("30") and success.price != old
+    usage = {"input_tokens": success.input_tokens, "output_tokens": success.output_tokens}
+    assert success.cost_usd == attempt_cost(success.price, usage)
