@@ -50,3 +50,4 @@ clean:
 
 bench: dev-venv services
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/fake_provider.py
