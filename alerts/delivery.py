@@ -1,6 +1,6 @@
 """One sender per destination kind. A sender sends one message or raises DeliveryError.
 
-Senders know nothing about the database or about retries (alerts/notifications.py owns both).
+Senders know nothing about the database or about retries (alerts/dispatch.py owns both).
 Their errors never contain the target: it is a secret. (The settings keep the ``httpx`` logger
 at WARNING for the same reason: its INFO lines carry the request URL.)
 """

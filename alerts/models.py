@@ -29,6 +29,11 @@ class FailureRecord(models.Model):
     request_snapshot = models.JSONField()
     state = models.CharField(max_length=10, choices=State.choices, default=State.OPEN)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    alerted_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When its alert was sent or folded into the open one; empty: not alerted yet.",
+    )
     handled_at = models.DateTimeField(null=True, blank=True)
     handled_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -50,7 +55,11 @@ class FailureRecord(models.Model):
             ("resolve_failurerecord", "Can resolve dead-lettered jobs"),
             ("ignore_failurerecord", "Can ignore dead-lettered jobs"),
         ]
-        indexes = [models.Index(fields=["state", "-created_at"], name="failure_state_created")]
+        indexes = [
+            models.Index(fields=["state", "-created_at"], name="failure_state_created"),
+            # The monitor's sweep looks for the few records still unalerted, on every pass.
+            models.Index(fields=["alerted_at", "created_at"], name="failure_unalerted"),
+        ]
         verbose_name = "failure (DLQ)"
         verbose_name_plural = "failures (DLQ)"
 
@@ -122,7 +131,11 @@ class AlertFingerprint(models.Model):
     )
     last_seen_at = models.DateTimeField(null=True, blank=True)
     active = models.BooleanField(
-        default=False, help_text="For conditions (queue health): raised and not yet resolved."
+        default=False,
+        help_text=(
+            "Triggered and not yet resolved: a queue-health condition, or a failure fingerprint "
+            "with DLQ records still open."
+        ),
     )
 
     def __str__(self) -> str:

@@ -1,53 +1,68 @@
-"""Alert services: raise (deduplicated), resolve, and deliver one attempt to one destination.
+"""Alert services: what to send and when. Raise (deduplicated), resolve, and make up for lost jobs.
 
 Flow: ``failure_record_create`` enqueues ``alerts.tasks.alert_for_failure`` after commit ->
 ``alert_raise_for_failure`` folds or records an ``Alert`` with one ``AlertDelivery`` per
-destination -> after commit, one ``alerts.tasks.deliver_alert`` RQ job per delivery ->
-``alert_delivery_attempt`` sends, and on failure schedules the next attempt with
-``enqueue_in`` until ``ALERT_RETRY_SCHEDULE`` is used up. ``alert_deliveries_resume`` (run by
-``monitor_queues``) puts back deliveries whose RQ job Redis lost.
+destination, which ``alerts/dispatch.py`` delivers. When a DLQ service takes a record out of
+``open``, ``failure_handled_hook`` enqueues ``alerts.tasks.failure_fingerprint_check`` after
+commit -> ``alert_resolve_failure_if_handled`` resolves the incident once none of the
+fingerprint's records is open. Each ``monitor_queues`` pass runs
+``alert_failure_incidents_check`` in case Redis lost that check (and, from ``alerts/dispatch.py``,
+``alert_failures_resume`` in case it lost an ``alert_for_failure`` job).
 
-Deduplication state lives in one ``AlertFingerprint`` row per fingerprint, locked with
-``select_for_update``: concurrent workers serialise on it, so exactly one of them sends.
+Deduplication and incident state live in one ``AlertFingerprint`` row per fingerprint, locked
+with ``select_for_update``: concurrent workers serialise on it, so exactly one of them sends.
+Every path that locks a ``FailureRecord`` too locks it first, then the fingerprint.
 """
 
 import logging
-import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import django_rq
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from alerts.delivery import AlertMessage, DeliveryError, send
-from alerts.models import Alert, AlertDelivery, AlertFingerprint, FailureRecord, Severity
-from alerts.routing import Destination, destinations_for, redact_target, scrub
+from alerts.dispatch import deliveries_enqueue, failure_check_enqueue
+from alerts.models import Alert, AlertDelivery, AlertFingerprint, FailureRecord
+from alerts.routing import Destination, destinations_for
 
 __all__ = [
-    "ALERTS_QUEUE",
-    "alert_deliveries_resume",
-    "alert_delivery_attempt",
+    "alert_create",
+    "alert_failure_incidents_check",
     "alert_raise",
     "alert_raise_for_failure",
+    "alert_resolve_failure_if_handled",
     "failure_fingerprint",
-    "queue_wait_alert_update",
+    "failure_handled_hook",
+    "failure_record_fingerprint",
+    "fingerprint_ensure",
+    "fingerprint_lock",
+    "trigger_destinations",
 ]
 
 logger = logging.getLogger(__name__)
 
-ALERTS_QUEUE = "alerts"
-DELIVER_TASK = "alerts.tasks.deliver_alert"
-LOST_DELIVERY_GRACE_SECONDS = 300.0
-"""A pending delivery this far past its due time lost its RQ job: far longer than a delivery job
-may run (``_job_timeout``) plus the scheduler's poll, so a merely busy queue is rarely hit."""
-
 
 def failure_fingerprint(*, severity: str, reason_code: str, feature: str, model: str) -> str:
     return f"failure:{severity}:{reason_code}:{feature}:{model}"[:255]
+
+
+def _failure_feature_model(failure: FailureRecord) -> tuple[str, str]:
+    # The request snapshot is the job as it was dead-lettered; requeuing on another model
+    # changes the job's model afterwards, and the resolve must find the trigger's incident.
+    snapshot = failure.request_snapshot if isinstance(failure.request_snapshot, dict) else {}
+    feature = snapshot.get("feature") or failure.job.feature
+    model = snapshot.get("model") or failure.job.model
+    return str(feature), str(model)
+
+
+def failure_record_fingerprint(*, failure: FailureRecord) -> str:
+    feature, model = _failure_feature_model(failure)
+    return failure_fingerprint(
+        severity=failure.severity, reason_code=failure.reason_code, feature=feature, model=model
+    )
 
 
 def _fold_suffix(count: int, since: datetime | None) -> str:
@@ -57,7 +72,7 @@ def _fold_suffix(count: int, since: datetime | None) -> str:
     return f" (+{count} similar since {when})"
 
 
-def _fingerprint_ensure(*, fingerprint: str, severity: str) -> None:
+def fingerprint_ensure(*, fingerprint: str, severity: str) -> None:
     """Make sure the fingerprint's row exists, in a short transaction of its own.
 
     Not inside the locking transaction: on InnoDB, workers that lose a duplicate-key race keep
@@ -67,13 +82,13 @@ def _fingerprint_ensure(*, fingerprint: str, severity: str) -> None:
     AlertFingerprint.objects.get_or_create(fingerprint=fingerprint, defaults={"severity": severity})
 
 
-def _fingerprint_locked(*, fingerprint: str) -> AlertFingerprint:
+def fingerprint_lock(*, fingerprint: str) -> AlertFingerprint:
     """The fingerprint's row, locked until the surrounding transaction ends: concurrent workers
     queue here, so each sees what the previous one decided."""
     return AlertFingerprint.objects.select_for_update().get(fingerprint=fingerprint)
 
 
-def _record_alert(
+def alert_create(
     *,
     fingerprint: str,
     severity: str,
@@ -114,48 +129,16 @@ def _record_alert(
     if not destinations:
         logger.warning("alert %s (%s %s): no destination configured", alert.id, severity, title)
     delivery_ids = [d.id for d in deliveries]
-    transaction.on_commit(lambda: _enqueue_deliveries(delivery_ids))
+    transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids))
     return alert
 
 
-def _enqueue_deliveries(delivery_ids: list[int], attempt: int = 1) -> None:
-    queue = django_rq.get_queue(ALERTS_QUEUE)
-    for delivery_id in delivery_ids:
-        # One RQ job per destination: a slow or failing one never holds up the others.
-        queue.enqueue(DELIVER_TASK, delivery_id, attempt, job_timeout=_job_timeout())
-
-
-def alert_deliveries_resume(*, grace_seconds: float = LOST_DELIVERY_GRACE_SECONDS) -> int:
-    """Enqueue again the pending deliveries whose attempt is long overdue: Redis lost the RQ
-    job (flush, failover) or it was never pushed. Returns how many were resumed.
-
-    The database is the source of truth; a duplicate of a job that was only late is harmless,
-    because an attempt is claimed by (state, attempts) and the second copy sends nothing.
-    """
-    now = timezone.now()
-    overdue = AlertDelivery.objects.filter(
-        state=AlertDelivery.State.PENDING,
-        next_attempt_at__lt=now - timedelta(seconds=grace_seconds),
-    ).values_list("id", "attempts", "next_attempt_at")
-    resumed = 0
-    for delivery_id, attempts, due in overdue:
-        # Conditional, so that two monitors resume a delivery once.
-        if AlertDelivery.objects.filter(
-            id=delivery_id,
-            state=AlertDelivery.State.PENDING,
-            attempts=attempts,
-            next_attempt_at=due,
-        ).update(next_attempt_at=now):
-            _enqueue_deliveries([delivery_id], attempt=attempts + 1)
-            resumed += 1
-    if resumed:
-        logger.warning("resumed %s alert deliveries whose RQ job was lost", resumed)
-    return resumed
-
-
-def _job_timeout() -> int:
-    # httpx's timeout applies per phase (connect, write, read); leave room for all of them.
-    return int(settings.ALERT_DELIVERY_TIMEOUT * 4) + 10
+def trigger_destinations(*, trigger: Alert | None, severity: str) -> list[Destination]:
+    """Where a resolve goes: where its trigger went (same PagerDuty key, same channel), even if
+    the routes were edited in between; the current routes only if the trigger is gone."""
+    if trigger is None:
+        return destinations_for(severity=severity)
+    return [Destination(d.kind, d.target, d.route_id) for d in trigger.deliveries.all()]
 
 
 def alert_raise(
@@ -173,296 +156,206 @@ def alert_raise(
     Returns the new Alert, or None when the occurrence was folded into the previous one. The
     next alert after the window carries the number folded in, in its title, body and field.
     """
-    _fingerprint_ensure(fingerprint=fingerprint, severity=severity)
+    fingerprint_ensure(fingerprint=fingerprint, severity=severity)
     with transaction.atomic():
-        state = _fingerprint_locked(fingerprint=fingerprint)
-        now = timezone.now()
-        window = timedelta(seconds=settings.ALERT_DEDUP_SECONDS)
-        if state.last_sent_at is not None and now - state.last_sent_at < window:
-            state.folded_count += 1
-            state.last_seen_at = now
-            state.save(update_fields=["folded_count", "last_seen_at"])
-            if state.last_alert_id:
-                Alert.objects.filter(id=state.last_alert_id).update(
-                    repeat_count=F("repeat_count") + 1
-                )
-            logger.info("alert %s folded into alert %s", fingerprint, state.last_alert_id)
-            return None
-
-        folded, since = state.folded_count, state.last_sent_at
-        suffix = _fold_suffix(folded, since)
-        if suffix:
-            body = f"{body}\n\n{suffix.strip()}: sent once per window."
-        alert = _record_alert(
+        return _alert_raise_locked(
             fingerprint=fingerprint,
             severity=severity,
-            action=Alert.Action.TRIGGER,
-            source=source,
-            title=f"{title}{suffix}",
+            title=title,
             body=body,
+            source=source,
             details=details or {},
-            destinations=destinations_for(severity=severity),
             failure=failure,
-            folded_count=folded,
-            folded_since=since if folded else None,
         )
-        state.severity, state.last_alert = severity, alert
-        state.last_sent_at, state.last_seen_at, state.folded_count = now, now, 0
-        state.save()
+
+
+def _alert_raise_locked(
+    *,
+    fingerprint: str,
+    severity: str,
+    title: str,
+    body: str,
+    source: str,
+    details: dict[str, Any],
+    failure: FailureRecord | None,
+) -> Alert | None:
+    state = fingerprint_lock(fingerprint=fingerprint)
+    now = timezone.now()
+    window = timedelta(seconds=settings.ALERT_DEDUP_SECONDS)
+    # Fold only into an incident still open: once it was resolved, the next occurrence is a new
+    # incident and must page at once, whatever the window says.
+    if state.active and state.last_sent_at is not None and now - state.last_sent_at < window:
+        state.folded_count += 1
+        state.last_seen_at = now
+        state.save(update_fields=["folded_count", "last_seen_at"])
+        if state.last_alert_id:
+            Alert.objects.filter(id=state.last_alert_id).update(repeat_count=F("repeat_count") + 1)
+        logger.info("alert %s folded into alert %s", fingerprint, state.last_alert_id)
+        return None
+
+    folded, since = state.folded_count, state.last_sent_at
+    suffix = _fold_suffix(folded, since)
+    if suffix:
+        body = f"{body}\n\n{suffix.strip()}: sent once per window."
+    alert = alert_create(
+        fingerprint=fingerprint,
+        severity=severity,
+        action=Alert.Action.TRIGGER,
+        source=source,
+        title=f"{title}{suffix}",
+        body=body,
+        details=details,
+        destinations=destinations_for(severity=severity),
+        failure=failure,
+        folded_count=folded,
+        folded_since=since if folded else None,
+    )
+    state.severity, state.last_alert, state.active = severity, alert, True
+    state.last_sent_at, state.last_seen_at, state.folded_count = now, now, 0
+    state.save()
     logger.info("alert %s raised (%s %s)", alert.id, severity, fingerprint)
     return alert
 
 
 def alert_raise_for_failure(*, failure: FailureRecord) -> Alert | None:
-    """The alert for a dead-lettered job, at the failure's severity."""
-    job = failure.job
-    exhausted = " (retries exhausted)" if failure.retries_exhausted else ""
-    lines = [
-        f"Job {job.id} dead-lettered: {failure.reason_code}{exhausted}",
-        f"feature: {job.feature}   model: {job.model}",
-        f"HTTP status: {failure.http_status or '-'}   error type: {failure.error_type or '-'}",
-        f"attempts: {failure.attempts}   request id: {failure.request_id or '-'}",
-        f"DLQ record: #{failure.id}",
-    ]
-    if failure.message:
-        lines += ["", failure.message[:1000]]
-    return alert_raise(
-        fingerprint=failure_fingerprint(
-            severity=failure.severity,
-            reason_code=failure.reason_code,
-            feature=job.feature,
-            model=job.model,
-        ),
-        severity=failure.severity,
-        title=f"{failure.reason_code}: {job.feature} on {job.model}",
-        body="\n".join(lines),
-        source="failure",
-        details={
-            "reason_code": failure.reason_code,
-            "feature": job.feature,
-            "model": job.model,
-            "http_status": failure.http_status,
-            "job_id": str(job.id),
-            "failure_id": failure.id,
-            "request_id": failure.request_id,
-            "retries_exhausted": failure.retries_exhausted,
-        },
-        failure=failure,
-    )
+    """The alert for a dead-lettered job, at the failure's severity; counts each record once.
 
-
-def queue_wait_alert_update(
-    *, queue_name: str, oldest_wait_seconds: float | None, threshold_seconds: float
-) -> Alert | None:
-    """Raise a WARNING when a queue's oldest job waits too long; resolve it once it clears.
-
-    A condition, not an event: it alerts once when it starts and once when it ends, never
-    while it lasts. Returns the alert sent (trigger or resolve), or None.
+    Returns the Alert sent, or None when the occurrence was folded into the open incident, was
+    counted already (a duplicate or resumed task), or staff requeued or closed the record before
+    its alert ran: they are on it, and a trigger then would open an incident nothing resolves.
     """
-    fingerprint = f"queue_wait:{queue_name}"
-    _fingerprint_ensure(fingerprint=fingerprint, severity=Severity.WARNING)
+    feature, model = _failure_feature_model(failure)
+    fingerprint = failure_fingerprint(
+        severity=failure.severity, reason_code=failure.reason_code, feature=feature, model=model
+    )
+    fingerprint_ensure(fingerprint=fingerprint, severity=failure.severity)
     with transaction.atomic():
-        return _queue_wait_decide(
+        # A second copy of the task waits on this lock, then finds alerted_at set.
+        record = FailureRecord.objects.select_for_update().get(id=failure.id)
+        if record.alerted_at is not None or record.state != FailureRecord.State.OPEN:
+            logger.info("failure %s: alerted already or no longer open", record.id)
+            return None
+        exhausted = " (retries exhausted)" if record.retries_exhausted else ""
+        lines = [
+            f"Job {record.job_id} dead-lettered: {record.reason_code}{exhausted}",
+            f"feature: {feature}   model: {model}",
+            f"HTTP status: {record.http_status or '-'}   error type: {record.error_type or '-'}",
+            f"attempts: {record.attempts}   request id: {record.request_id or '-'}",
+            f"DLQ record: #{record.id}",
+        ]
+        if record.message:
+            lines += ["", record.message[:1000]]
+        alert = _alert_raise_locked(
             fingerprint=fingerprint,
-            queue_name=queue_name,
-            oldest_wait_seconds=oldest_wait_seconds,
-            threshold_seconds=threshold_seconds,
+            severity=record.severity,
+            title=f"{record.reason_code}: {feature} on {model}",
+            body="\n".join(lines),
+            source="failure",
+            details={
+                "reason_code": record.reason_code,
+                "feature": feature,
+                "model": model,
+                "http_status": record.http_status,
+                "job_id": str(record.job_id),
+                "failure_id": record.id,
+                "request_id": record.request_id,
+                "retries_exhausted": record.retries_exhausted,
+            },
+            failure=record,
         )
-
-
-def _queue_wait_decide(
-    *,
-    fingerprint: str,
-    queue_name: str,
-    oldest_wait_seconds: float | None,
-    threshold_seconds: float,
-) -> Alert | None:
-    state = _fingerprint_locked(fingerprint=fingerprint)
-    over = oldest_wait_seconds is not None and oldest_wait_seconds > threshold_seconds
-    now = timezone.now()
-    details = {
-        "queue": queue_name,
-        "oldest_wait_seconds": round(oldest_wait_seconds or 0.0, 1),
-        "threshold_seconds": threshold_seconds,
-    }
-    if over and not state.active:
-        assert oldest_wait_seconds is not None
-        alert = _record_alert(
-            fingerprint=fingerprint,
-            severity=Severity.WARNING,
-            action=Alert.Action.TRIGGER,
-            source="queue_health",
-            title=f"Queue {queue_name}: oldest job waiting {oldest_wait_seconds:.0f}s",
-            body=(
-                f"The oldest job on the {queue_name} queue has waited "
-                f"{oldest_wait_seconds:.1f}s, over the {threshold_seconds:g}s threshold. "
-                "Workers are missing, stuck or outpaced."
-            ),
-            details=details,
-            destinations=destinations_for(severity=Severity.WARNING),
-        )
-        state.active, state.last_alert, state.last_sent_at = True, alert, now
-    elif not over and state.active:
-        trigger = state.last_alert
-        # The resolve goes where the trigger went (same PagerDuty key, same channel), even if
-        # the routes were edited in between.
-        destinations = (
-            [Destination(d.kind, d.target, d.route_id) for d in trigger.deliveries.all()]
-            if trigger is not None
-            else destinations_for(severity=Severity.WARNING)
-        )
-        alert = _record_alert(
-            fingerprint=fingerprint,
-            severity=Severity.WARNING,
-            action=Alert.Action.RESOLVE,
-            source="queue_health",
-            title=f"Cleared: queue {queue_name} is back under {threshold_seconds:g}s",
-            body=(
-                f"The {queue_name} queue's oldest job wait is back under the "
-                f"{threshold_seconds:g}s threshold."
-            ),
-            details=details,
-            destinations=destinations,
-        )
-        state.active, state.last_alert, state.last_sent_at = False, alert, now
-    else:
-        alert = None
-    state.last_seen_at = now
-    state.save()
-    if alert is not None:
-        logger.info("queue %s wait alert %s: %s", queue_name, alert.id, alert.action)
+        record.alerted_at = timezone.now()
+        record.save(update_fields=["alerted_at"])
     return alert
 
 
-def _message_for(alert: Alert) -> AlertMessage:
-    return AlertMessage(
-        alert_id=alert.id,
-        fingerprint=alert.fingerprint,
-        severity=alert.severity,
-        action=alert.action,
-        title=alert.title,
-        body=alert.body,
-        source=alert.source,
-        created_at=alert.created_at,
-        details=alert.details,
-        folded_count=alert.folded_count,
-        folded_since=alert.folded_since,
-    )
+def failure_handled_hook(*, failure: FailureRecord) -> None:
+    """Called by the DLQ services in the transaction that takes a record out of ``open``.
 
-
-def alert_delivery_attempt(*, delivery_id: int, attempt: int) -> str:
-    """Make attempt number ``attempt`` of one delivery. Returns the outcome, for the job log.
-
-    The claim is an atomic conditional update on (state, attempts): a duplicate copy of the
-    RQ job, or one that arrives after the delivery finished, sends nothing.
+    After commit, the alerts worker checks whether that was the fingerprint's last open record:
+    never from the web request, never for a rolled-back change. robust: the staff action is
+    committed; a check Redis lost is made up by the monitor's ``alert_failure_incidents_check``.
     """
-    claimed = AlertDelivery.objects.filter(
-        id=delivery_id, state=AlertDelivery.State.PENDING, attempts=attempt - 1
-    ).update(attempts=attempt)
-    if not claimed:
-        logger.info("alert delivery %s attempt %s: already done or taken", delivery_id, attempt)
-        return "skipped"
-    delivery = AlertDelivery.objects.select_related("alert").get(id=delivery_id)
-    where = redact_target(kind=delivery.kind, target=delivery.target)
-    started = time.monotonic()
-    error: DeliveryError | None = None
-    try:
-        send(kind=delivery.kind, target=delivery.target, message=_message_for(delivery.alert))
-    except DeliveryError as exc:
-        error = exc
-    except Exception as exc:  # noqa: BLE001 - a sender bug must not lose the delivery record
-        error = DeliveryError(scrub(f"{type(exc).__name__}: {exc}", target=delivery.target))
-    elapsed_ms = int((time.monotonic() - started) * 1000)
+    fingerprint = failure_record_fingerprint(failure=failure)
+    transaction.on_commit(lambda: failure_check_enqueue(fingerprint=fingerprint), robust=True)
 
-    schedule = settings.ALERT_RETRY_SCHEDULE
-    retry_in = None
-    if error is not None and error.retryable and attempt <= len(schedule):
-        retry_in = float(schedule[attempt - 1])
-    outcome = _record_attempt(
-        delivery=delivery, attempt=attempt, error=error, elapsed_ms=elapsed_ms, retry_in=retry_in
+
+def _failures_open(*, fingerprint: str, trigger: Alert | None) -> bool:
+    open_records = FailureRecord.objects.filter(state=FailureRecord.State.OPEN)
+    details = trigger.details if trigger is not None else {}
+    if trigger is not None and {"reason_code", "feature", "model"} <= details.keys():
+        # An open record's job still has the model it failed on: only failure_requeue changes
+        # it, and that takes the record out of open.
+        return open_records.filter(
+            severity=trigger.severity,
+            reason_code=details["reason_code"],
+            job__feature=details["feature"],
+            job__model=details["model"],
+        ).exists()
+    # No trigger to read: compare whole fingerprints (they may be cut at 255 characters).
+    _, severity, reason_code, _ = (fingerprint.split(":", 3) + ["", "", ""])[:4]
+    pairs = (
+        open_records.filter(severity=severity, reason_code=reason_code)
+        .values_list("job__feature", "job__model")
+        .distinct()
     )
-    if error is None:
-        logger.info("alert %s delivered to %s %s", delivery.alert_id, delivery.kind, where)
-    elif retry_in is not None:
-        logger.warning(
-            "alert %s to %s %s failed (attempt %s: %s); retry in %ss",
-            delivery.alert_id,
-            delivery.kind,
-            where,
-            attempt,
-            error,
-            retry_in,
-        )
-    else:
-        logger.error(
-            "alert %s to %s %s failed for good after %s attempt(s): %s",
-            delivery.alert_id,
-            delivery.kind,
-            where,
-            attempt,
-            error,
-        )
-    return outcome
-
-
-@transaction.atomic
-def _record_attempt(
-    *,
-    delivery: AlertDelivery,
-    attempt: int,
-    error: DeliveryError | None,
-    elapsed_ms: int,
-    retry_in: float | None,
-) -> str:
-    now = timezone.now()
-    delivery = AlertDelivery.objects.select_for_update().get(id=delivery.id)
-    entry = {"attempt": attempt, "at": now.isoformat(), "ok": error is None, "ms": elapsed_ms}
-    if error is not None:
-        entry["error"] = str(error)[:500]
-        delivery.last_error = str(error)[:2000]
-    delivery.history = [*delivery.history, entry]
-    if error is None:
-        delivery.state, delivery.delivered_at = AlertDelivery.State.DELIVERED, now
-        delivery.next_attempt_at = None
-    elif retry_in is None:
-        delivery.state, delivery.next_attempt_at = AlertDelivery.State.FAILED, None
-    else:
-        delivery.next_attempt_at = now + timedelta(seconds=retry_in)
-    delivery.save(
-        update_fields=["state", "delivered_at", "last_error", "history", "next_attempt_at"]
+    return any(
+        failure_fingerprint(severity=severity, reason_code=reason_code, feature=f, model=m)
+        == fingerprint
+        for f, m in pairs
     )
 
-    # Every delivery of the alert updates the same row: lock it so the roll-up is consistent.
-    alert = Alert.objects.select_for_update().get(id=delivery.alert_id)
-    states = list(alert.deliveries.values_list("state", flat=True))
-    alert.attempts += 1
-    if error is not None:
-        where = redact_target(kind=delivery.kind, target=delivery.target)
-        alert.last_error = f"{delivery.kind} {where}: {error}"[:2000]
-    if AlertDelivery.State.PENDING not in states:
-        delivered = states.count(AlertDelivery.State.DELIVERED)
-        if delivered == len(states):
-            alert.state = Alert.State.DELIVERED
-        elif delivered:
-            alert.state = Alert.State.PARTIAL
-        else:
-            alert.state = Alert.State.FAILED
-        alert.completed_at = now
-    alert.save(update_fields=["attempts", "last_error", "state", "completed_at"])
 
-    if retry_in is not None:
-        delay, next_attempt, delivery_id = retry_in, attempt + 1, delivery.id
+def alert_resolve_failure_if_handled(*, fingerprint: str) -> Alert | None:
+    """Resolve a failure fingerprint's incident once none of its DLQ records is open.
 
-        def schedule_retry() -> None:
-            # Our own retries, like the LLM jobs': the alerts worker's scheduler runs it when due.
-            django_rq.get_queue(ALERTS_QUEUE).enqueue_in(
-                timedelta(seconds=delay),
-                DELIVER_TASK,
-                delivery_id,
-                next_attempt,
-                job_timeout=_job_timeout(),
-            )
+    Decided under the fingerprint's row lock, after the records' changes committed: a failure
+    dead-lettered meanwhile is either seen open here (no resolve) or alerted after us, opening
+    a new incident. Returns the resolve sent, or None.
+    """
+    with transaction.atomic():
+        state = AlertFingerprint.objects.select_for_update().filter(fingerprint=fingerprint).first()
+        # Not active: never triggered, or resolved already (by a duplicate check).
+        if state is None or not state.active:
+            return None
+        trigger = state.last_alert
+        if _failures_open(fingerprint=fingerprint, trigger=trigger):
+            return None
+        details = trigger.details if trigger is not None else {}
+        about = (
+            f"{details['reason_code']}: {details['feature']} on {details['model']}"
+            if {"reason_code", "feature", "model"} <= details.keys()
+            else fingerprint
+        )
+        body = "Every dead-lettered job of this kind was requeued, resolved or ignored."
+        if state.folded_count:
+            when = timezone.localtime(state.last_sent_at).strftime("%H:%M")
+            body += f"\n{state.folded_count} similar failures since {when} were folded into it."
+        now = timezone.now()
+        alert = alert_create(
+            fingerprint=fingerprint,
+            severity=state.severity,
+            action=Alert.Action.RESOLVE,
+            source="failure",
+            title=f"Cleared: {about}",
+            body=body,
+            details={k: details[k] for k in ("reason_code", "feature", "model") if k in details},
+            destinations=trigger_destinations(trigger=trigger, severity=state.severity),
+            folded_count=state.folded_count,
+            folded_since=state.last_sent_at if state.folded_count else None,
+        )
+        state.active, state.last_alert, state.folded_count = False, alert, 0
+        state.last_sent_at, state.last_seen_at = now, now
+        state.save()
+    logger.info("failure alert %s resolved (alert %s)", fingerprint, alert.id)
+    return alert
 
-        transaction.on_commit(schedule_retry)
-        return "retrying"
-    return "delivered" if error is None else "failed"
+
+def alert_failure_incidents_check() -> int:
+    """Check every open failure incident and resolve those whose records are all handled;
+    returns how many. Makes up for a ``failure_fingerprint_check`` job that Redis lost."""
+    active = AlertFingerprint.objects.filter(active=True, fingerprint__startswith="failure:")
+    fingerprints = list(active.values_list("fingerprint", flat=True))
+    return sum(
+        alert_resolve_failure_if_handled(fingerprint=fingerprint) is not None
+        for fingerprint in fingerprints
+    )

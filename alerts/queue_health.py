@@ -2,6 +2,8 @@
 
 Like Laravel Horizon's long-wait notification, per queue: the wait is read from the RQ queue
 itself (its first job's ``enqueued_at``), because that is what a worker would pick up next.
+A condition, not an event: it alerts once when it starts and once when it ends, with
+hysteresis between the two levels so that a queue hovering at its threshold does not flap.
 """
 
 import logging
@@ -9,14 +11,22 @@ from dataclasses import dataclass
 
 import django_rq
 from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.utils import now as rq_now
 
-from alerts.models import Alert
-from alerts.notifications import queue_wait_alert_update
+from alerts.models import Alert, Severity
+from alerts.notifications import (
+    alert_create,
+    fingerprint_ensure,
+    fingerprint_lock,
+    trigger_destinations,
+)
+from alerts.routing import destinations_for
 
-__all__ = ["QueueWait", "oldest_wait_seconds", "queue_health_check"]
+__all__ = ["QueueWait", "oldest_wait_seconds", "queue_health_check", "queue_wait_alert_update"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,3 +83,93 @@ def queue_health_check(*, thresholds: dict[str, float] | None = None) -> list[Qu
         )
         reports.append(QueueWait(queue_name, waiting, wait, threshold, alert))
     return reports
+
+
+def queue_wait_alert_update(
+    *,
+    queue_name: str,
+    oldest_wait_seconds: float | None,
+    threshold_seconds: float,
+    clear_ratio: float | None = None,
+) -> Alert | None:
+    """Raise a WARNING when a queue's oldest job waits too long; resolve it once it clears.
+
+    It triggers over ``threshold_seconds`` but resolves only once the wait is under
+    ``clear_ratio`` (default ALERT_QUEUE_CLEAR_RATIO) times the threshold, or nothing waits:
+    between the two levels nothing changes. Returns the alert sent (trigger or resolve), or None.
+    """
+    ratio = settings.ALERT_QUEUE_CLEAR_RATIO if clear_ratio is None else clear_ratio
+    fingerprint = f"queue_wait:{queue_name}"
+    fingerprint_ensure(fingerprint=fingerprint, severity=Severity.WARNING)
+    with transaction.atomic():
+        return _queue_wait_decide(
+            fingerprint=fingerprint,
+            queue_name=queue_name,
+            oldest_wait_seconds=oldest_wait_seconds,
+            threshold_seconds=threshold_seconds,
+            clear_below_seconds=threshold_seconds * ratio,
+        )
+
+
+def _queue_wait_decide(
+    *,
+    fingerprint: str,
+    queue_name: str,
+    oldest_wait_seconds: float | None,
+    threshold_seconds: float,
+    clear_below_seconds: float,
+) -> Alert | None:
+    state = fingerprint_lock(fingerprint=fingerprint)
+    over = oldest_wait_seconds is not None and oldest_wait_seconds > threshold_seconds
+    clear = oldest_wait_seconds is None or oldest_wait_seconds < clear_below_seconds
+    now = timezone.now()
+    details = {
+        "queue": queue_name,
+        "oldest_wait_seconds": round(oldest_wait_seconds or 0.0, 1),
+        "threshold_seconds": threshold_seconds,
+        "clear_below_seconds": clear_below_seconds,
+    }
+    if over and not state.active:
+        assert oldest_wait_seconds is not None
+        alert = alert_create(
+            fingerprint=fingerprint,
+            severity=Severity.WARNING,
+            action=Alert.Action.TRIGGER,
+            source="queue_health",
+            title=f"Queue {queue_name}: oldest job waiting {oldest_wait_seconds:.0f}s",
+            body=(
+                f"The oldest job on the {queue_name} queue has waited "
+                f"{oldest_wait_seconds:.1f}s, over the {threshold_seconds:g}s threshold. "
+                "Workers are missing, stuck or outpaced."
+            ),
+            details=details,
+            destinations=destinations_for(severity=Severity.WARNING),
+        )
+        state.active, state.last_alert, state.last_sent_at = True, alert, now
+    elif clear and state.active:
+        now_waiting = (
+            "nothing waits"
+            if oldest_wait_seconds is None
+            else f"the oldest job has waited {oldest_wait_seconds:.1f}s"
+        )
+        alert = alert_create(
+            fingerprint=fingerprint,
+            severity=Severity.WARNING,
+            action=Alert.Action.RESOLVE,
+            source="queue_health",
+            title=f"Cleared: queue {queue_name} is back under {clear_below_seconds:g}s",
+            body=(
+                f"On the {queue_name} queue {now_waiting}: under {clear_below_seconds:g}s, "
+                f"the level at which the {threshold_seconds:g}s wait alert clears."
+            ),
+            details=details,
+            destinations=trigger_destinations(trigger=state.last_alert, severity=Severity.WARNING),
+        )
+        state.active, state.last_alert, state.last_sent_at = False, alert, now
+    else:
+        alert = None
+    state.last_seen_at = now
+    state.save()
+    if alert is not None:
+        logger.info("queue %s wait alert %s: %s", queue_name, alert.id, alert.action)
+    return alert

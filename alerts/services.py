@@ -2,13 +2,14 @@
 
 import logging
 
-import django_rq
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from alerts.dispatch import failure_alert_enqueue
 from alerts.models import FailureRecord
+from alerts.notifications import failure_handled_hook
 from jobs.models import LlmJob
 from jobs.services import job_requeue
 from llmops.errors import ApplicationError, Conflict, ValidationFailed
@@ -52,11 +53,9 @@ def failure_record_create(
         },
     )
     # The alert is raised on the alerts queue after commit: never inside the LLM job, never for
-    # a rolled-back record. robust: a Redis error must not fail a job already committed failed.
-    transaction.on_commit(
-        lambda: django_rq.get_queue("alerts").enqueue("alerts.tasks.alert_for_failure", record.id),
-        robust=True,
-    )
+    # a rolled-back record. robust: a Redis error must not fail a job already committed failed;
+    # the monitor's alert_failures_resume finds the record unalerted and enqueues it again.
+    transaction.on_commit(lambda: failure_alert_enqueue(failure_id=record.id), robust=True)
     return record
 
 
@@ -85,6 +84,8 @@ def failure_requeue(
     record.handled_by = by
     record.requeued_model = model if model and model != previous_model else ""
     record.save(update_fields=["state", "handled_at", "handled_by", "requeued_model"])
+    # If this was its fingerprint's last open record, the alerts worker resolves the incident.
+    failure_handled_hook(failure=record)
     logger.info("failure %s requeued by %s (job moved: %s)", record.id, by, moved)
     return moved
 
@@ -137,6 +138,8 @@ def failure_close(
     current.handled_by = by
     current.comment = comment[:5000]
     current.save(update_fields=["state", "handled_at", "handled_by", "comment"])
+    # If this was its fingerprint's last open record, the alerts worker resolves the incident.
+    failure_handled_hook(failure=current)
     logger.info("failure %s %s by %s", record.id, state, by)
     record.refresh_from_db()
     return True

@@ -298,6 +298,14 @@ def queue_wait_thresholds_from_env(name: str) -> dict[str, float]:
     return {queue: float(seconds) for queue, seconds in value.items()}
 
 
+def queue_clear_ratio_from_env(name: str) -> float:
+    value = envfloat(name, 0.5)
+    # 0 would never clear while a job waits; above 1 would clear while still over the threshold.
+    if not 0 < value <= 1:
+        raise ImproperlyConfigured(f"{name} must be over 0 and at most 1, not {value}")
+    return value
+
+
 ALERT_ROUTES = alert_routes_from_env("ALERT_ROUTES")
 """Default destinations per severity, used for a severity that has no AlertRoute row at all."""
 ALERT_PAGERDUTY_EVENTS_URL = os.environ.get(
@@ -310,6 +318,9 @@ ALERT_RETRY_SCHEDULE = alert_retry_schedule_from_env("ALERT_RETRY_SCHEDULE")
 ALERT_DELIVERY_TIMEOUT = envfloat("ALERT_DELIVERY_TIMEOUT", 10.0, minimum=0.1)
 ALERT_QUEUE_WAIT_THRESHOLDS = queue_wait_thresholds_from_env("ALERT_QUEUE_WAIT_THRESHOLDS")
 """Per queue: a WARNING when its oldest waiting job has waited longer than this many seconds."""
+ALERT_QUEUE_CLEAR_RATIO = queue_clear_ratio_from_env("ALERT_QUEUE_CLEAR_RATIO")
+"""The wait alert resolves only under this fraction of the threshold (or when nothing waits):
+in between nothing changes, so a queue hovering at its threshold does not flap."""
 ALERT_MONITOR_INTERVAL = envfloat("ALERT_MONITOR_INTERVAL", 15.0, minimum=0.1)
 ALERT_SOURCE = os.environ.get("ALERT_SOURCE", "llmops")
 """Names this deployment in alerts (PagerDuty payload.source), e.g. llmops-prod."""

@@ -5,12 +5,14 @@ import threading
 from datetime import timedelta
 
 import pytest
+import redis
 from django.core import mail
-from django.db import connection
+from django.db import OperationalError, connection
 from django.utils import timezone
 
+from alerts.dispatch import alert_delivery_attempt
 from alerts.models import Alert, AlertDelivery, AlertFingerprint, FailureRecord
-from alerts.notifications import alert_delivery_attempt, alert_raise_for_failure
+from alerts.notifications import alert_raise_for_failure
 from tests.alerts.conftest import ROUTING_KEY, SLACK_PATH, WEBHOOK_PATH, dead_letter
 from tests.conftest import submit
 
@@ -207,3 +209,86 @@ def test_a_delivery_whose_rq_job_redis_lost_is_resumed_by_the_monitor(
     assert len(slack.bodies) == 1
     delivery = AlertDelivery.objects.get()
     assert (delivery.state, delivery.attempts, delivery.next_attempt_at) == ("delivered", 1, None)
+
+
+def _monitor() -> str:
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("monitor_queues", stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("lost", ["redis_flushed_after_commit", "redis_down_at_commit"])
+def test_a_failure_whose_alert_job_redis_lost_is_alerted_by_the_monitor_once(
+    lost, monkeypatch, alice_client, alert_worker, route, slack
+):
+    route("ERROR", "slack", slack.url(SLACK_PATH))
+    if lost == "redis_down_at_commit":
+
+        def redis_down(**kwargs: object) -> None:
+            raise redis.exceptions.ConnectionError("Connection refused")
+
+        monkeypatch.setattr("alerts.services.failure_alert_enqueue", redis_down)
+    record = dead_letter(submit(alice_client), severity="ERROR", reason_code="not_found")
+    if lost == "redis_flushed_after_commit":
+        alert_worker.queue.connection.flushdb()
+    monkeypatch.undo()
+    alert_worker.drain()
+    assert slack.bodies == [] and Alert.objects.count() == 0
+
+    # Within the grace the alert may merely be late: the monitor waits.
+    assert "failure alerts lost from Redis, enqueued again: 0" in _monitor()
+    FailureRecord.objects.filter(id=record.id).update(
+        created_at=timezone.now() - timedelta(minutes=3)
+    )
+    assert "failure alerts lost from Redis, enqueued again: 1" in _monitor()
+    # Its job now waits in Redis: a second pass adds no copy.
+    assert "failure alerts lost from Redis, enqueued again: 0" in _monitor()
+    alert_worker.drain()
+    assert len(slack.bodies) == 1
+    (alert,) = Alert.objects.all()
+    assert alert.failure_id == record.id
+    record.refresh_from_db()
+    assert record.alerted_at is not None
+
+    assert "failure alerts lost from Redis, enqueued again: 0" in _monitor()
+    alert_worker.drain()
+    assert len(slack.bodies) == 1 and Alert.objects.count() == 1
+
+
+def test_an_alert_job_that_failed_is_run_again_by_the_monitor(
+    monkeypatch, alice_client, alert_worker, route, slack
+):
+    route("ERROR", "slack", slack.url(SLACK_PATH))
+
+    def database_blip(**kwargs: object) -> None:
+        raise OperationalError("Lost connection to server during query")
+
+    monkeypatch.setattr("alerts.tasks.alert_raise_for_failure", database_blip)
+    record = dead_letter(submit(alice_client), severity="ERROR", reason_code="not_found")
+    alert_worker.drain()
+    assert alert_worker.queue.failed_job_registry.count == 1
+    monkeypatch.undo()
+    FailureRecord.objects.filter(id=record.id).update(
+        created_at=timezone.now() - timedelta(minutes=3)
+    )
+    assert "failure alerts lost from Redis, enqueued again: 1" in _monitor()
+    alert_worker.drain()
+    assert len(slack.bodies) == 1
+    assert alert_worker.queue.failed_job_registry.count == 0
+
+
+def test_a_duplicate_alert_task_counts_the_failure_once(alice_client, route, slack):
+    route("ERROR", "slack", slack.url(SLACK_PATH))
+    first = dead_letter(submit(alice_client), severity="ERROR", reason_code="not_found")
+    second = dead_letter(submit(alice_client), severity="ERROR", reason_code="not_found")
+    alert = alert_raise_for_failure(failure=first)
+    assert alert is not None
+    assert alert_raise_for_failure(failure=first) is None
+    assert alert_raise_for_failure(failure=second) is None  # folded
+    assert alert_raise_for_failure(failure=second) is None  # a copy: not folded twice
+    alert.refresh_from_db()
+    assert alert.repeat_count == 1
+    assert AlertFingerprint.objects.get(fingerprint=alert.fingerprint).folded_count == 1
+    assert FailureRecord.objects.filter(alerted_at__isnull=True).count() == 0

@@ -5,11 +5,12 @@ import time
 
 import django_rq
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
 from alerts.models import Alert, AlertDelivery
-from alerts.notifications import queue_wait_alert_update
-from alerts.queue_health import oldest_wait_seconds
+from alerts.queue_health import oldest_wait_seconds, queue_wait_alert_update
+from llmops.settings import queue_clear_ratio_from_env
 from tests.alerts.conftest import ROUTING_KEY, SLACK_PATH, WEBHOOK_PATH
 from tests.conftest import submit
 
@@ -97,3 +98,47 @@ def test_the_oldest_wait_comes_from_the_head_of_the_rq_queue():
     first.delete(remove_from_queue=False)
     waiting, wait = oldest_wait_seconds(queue_name="default")
     assert waiting == 2 and wait < 0.2
+
+
+def test_a_wait_hovering_at_the_threshold_does_not_flap(settings, route, slack):
+    settings.ALERT_QUEUE_CLEAR_RATIO = 0.5
+    route("WARNING", "slack", slack.url(SLACK_PATH))
+
+    def update(wait: float | None) -> str:
+        alert = queue_wait_alert_update(
+            queue_name="llm", oldest_wait_seconds=wait, threshold_seconds=60
+        )
+        return alert.action if alert else "-"
+
+    # Over the threshold it triggers; it resolves only under half of it, or once nothing waits.
+    waits = [59.0, 61.0, 59.0, 61.0, 45.0, 61.0, 30.0, 29.9, 59.0, 61.0, 40.0, None, None]
+    assert [update(w) for w in waits] == [
+        "-", "trigger", "-", "-", "-", "-", "-", "resolve", "-", "trigger", "-", "resolve", "-",
+    ]  # fmt: skip
+    resolve = Alert.objects.filter(action="resolve").order_by("id").first()
+    assert resolve.title == "Cleared: queue llm is back under 30s"
+    assert resolve.details["clear_below_seconds"] == 30
+
+
+def test_a_clear_ratio_of_one_resolves_as_soon_as_the_wait_is_back_under(settings, route, slack):
+    settings.ALERT_QUEUE_CLEAR_RATIO = 1.0
+    route("WARNING", "slack", slack.url(SLACK_PATH))
+    assert queue_wait_alert_update(queue_name="llm", oldest_wait_seconds=61, threshold_seconds=60)
+    resolve = queue_wait_alert_update(
+        queue_name="llm", oldest_wait_seconds=59.5, threshold_seconds=60
+    )
+    assert resolve is not None and resolve.action == "resolve"
+
+
+@pytest.mark.parametrize("raw", ["0", "-0.5", "1.5", "nan", "half"])
+def test_a_clear_ratio_outside_0_to_1_stops_start_up(monkeypatch, raw):
+    monkeypatch.setenv("ALERT_QUEUE_CLEAR_RATIO", raw)
+    with pytest.raises(ImproperlyConfigured, match="ALERT_QUEUE_CLEAR_RATIO"):
+        queue_clear_ratio_from_env("ALERT_QUEUE_CLEAR_RATIO")
+
+
+def test_the_clear_ratio_defaults_to_half(monkeypatch):
+    monkeypatch.delenv("ALERT_QUEUE_CLEAR_RATIO", raising=False)
+    assert queue_clear_ratio_from_env("ALERT_QUEUE_CLEAR_RATIO") == 0.5
+    monkeypatch.setenv("ALERT_QUEUE_CLEAR_RATIO", "1")
+    assert queue_clear_ratio_from_env("ALERT_QUEUE_CLEAR_RATIO") == 1.0

@@ -5,7 +5,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from alerts.notifications import alert_deliveries_resume
+from alerts.dispatch import alert_deliveries_resume, alert_failures_resume
+from alerts.notifications import alert_failure_incidents_check
 from alerts.queue_health import queue_health_check
 
 logger = logging.getLogger(__name__)
@@ -14,8 +15,9 @@ logger = logging.getLogger(__name__)
 class Command(BaseCommand):
     help = (
         "Check how long the oldest job of each queue has waited (ALERT_QUEUE_WAIT_THRESHOLDS); "
-        "raise a WARNING over the threshold and resolve it when it clears; re-enqueue alert "
-        "deliveries Redis lost. Once, or --loop."
+        "raise a WARNING over the threshold and resolve it when it clears; re-enqueue the alerts "
+        "of failures and the alert deliveries Redis lost; resolve failure alerts whose DLQ "
+        "records are all handled. Once, or --loop."
     )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
@@ -32,14 +34,22 @@ class Command(BaseCommand):
             try:
                 reports = queue_health_check()
                 resumed = alert_deliveries_resume()
+                realerted = alert_failures_resume()
+                cleared = alert_failure_incidents_check()
             except Exception:
                 if not loop:
                     raise
                 # A Redis or database blip must not stop the monitor; the next pass retries.
                 logger.exception("monitor_queues: check failed")
-                reports, resumed = [], 0
+                reports, resumed, realerted, cleared = [], 0, 0, 0
             if resumed:
                 self.stdout.write(f"monitor: resumed {resumed} alert deliveries lost from Redis")
+            if realerted or not loop:
+                self.stdout.write(
+                    f"monitor: failure alerts lost from Redis, enqueued again: {realerted}"
+                )
+            if cleared or not loop:
+                self.stdout.write(f"monitor: failure alerts resolved (DLQ handled): {cleared}")
             for report in reports:
                 if report.alert is not None or not loop:
                     self.stdout.write(f"monitor: {report}")

@@ -1,0 +1,280 @@
+"""The RQ side of alerting: the jobs on the ``alerts`` queue, delivery attempts and retries,
+and putting back the jobs Redis lost.
+
+``alerts.notifications`` decides what to send and records an ``Alert`` with one ``AlertDelivery``
+per destination; from there ``deliveries_enqueue`` (after commit) puts one
+``alerts.tasks.deliver_alert`` RQ job per delivery on the ``alerts`` queue ->
+``alert_delivery_attempt`` sends, and on failure schedules the next attempt with ``enqueue_in``
+until ``ALERT_RETRY_SCHEDULE`` is used up. Each ``monitor_queues`` pass runs
+``alert_deliveries_resume`` (deliveries whose RQ job Redis lost) and ``alert_failures_resume``
+(dead-lettered jobs whose ``alert_for_failure`` job it lost): the database is the source of truth
+for alerts too.
+"""
+
+import logging
+import time
+from datetime import timedelta
+
+import django_rq
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from rq.job import Job, JobStatus
+
+from alerts.delivery import AlertMessage, DeliveryError, send
+from alerts.models import Alert, AlertDelivery, FailureRecord
+from alerts.routing import redact_target, scrub
+
+__all__ = [
+    "ALERTS_QUEUE",
+    "alert_deliveries_resume",
+    "alert_delivery_attempt",
+    "alert_failures_resume",
+    "deliveries_enqueue",
+    "failure_alert_enqueue",
+    "failure_check_enqueue",
+]
+
+logger = logging.getLogger(__name__)
+
+ALERTS_QUEUE = "alerts"
+DELIVER_TASK = "alerts.tasks.deliver_alert"
+LOST_DELIVERY_GRACE_SECONDS = 300.0
+"""A pending delivery this far past its due time lost its RQ job: far longer than a delivery job
+may run (``_job_timeout``) plus the scheduler's poll, so a merely busy queue is rarely hit."""
+ALERT_FOR_FAILURE_TASK = "alerts.tasks.alert_for_failure"
+FINGERPRINT_CHECK_TASK = "alerts.tasks.failure_fingerprint_check"
+UNALERTED_FAILURE_GRACE_SECONDS = 120.0
+"""A failure still unalerted this long after it was created lost its alert job: the alerts worker
+needs milliseconds per failure, so only a Redis flush or failover, or an alerts worker stopped
+for minutes, leaves one this late (and a job still waiting in Redis is left alone)."""
+_RESUME_BATCH = 500
+"""Alert jobs looked up in Redis per round trip by ``alert_failures_resume``."""
+# An RQ job in one of these states will never run its task again.
+_DEAD_RQ_STATUSES = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, JobStatus.FINISHED}
+
+
+def deliveries_enqueue(*, delivery_ids: list[int], attempt: int = 1) -> None:
+    queue = django_rq.get_queue(ALERTS_QUEUE)
+    for delivery_id in delivery_ids:
+        # One RQ job per destination: a slow or failing one never holds up the others.
+        queue.enqueue(DELIVER_TASK, delivery_id, attempt, job_timeout=_job_timeout())
+
+
+def alert_deliveries_resume(*, grace_seconds: float = LOST_DELIVERY_GRACE_SECONDS) -> int:
+    """Enqueue again the pending deliveries whose attempt is long overdue: Redis lost the RQ
+    job (flush, failover) or it was never pushed. Returns how many were resumed.
+
+    The database is the source of truth; a duplicate of a job that was only late is harmless,
+    because an attempt is claimed by (state, attempts) and the second copy sends nothing.
+    """
+    now = timezone.now()
+    overdue = AlertDelivery.objects.filter(
+        state=AlertDelivery.State.PENDING,
+        next_attempt_at__lt=now - timedelta(seconds=grace_seconds),
+    ).values_list("id", "attempts", "next_attempt_at")
+    resumed = 0
+    for delivery_id, attempts, due in overdue:
+        # Conditional, so that two monitors resume a delivery once.
+        if AlertDelivery.objects.filter(
+            id=delivery_id,
+            state=AlertDelivery.State.PENDING,
+            attempts=attempts,
+            next_attempt_at=due,
+        ).update(next_attempt_at=now):
+            deliveries_enqueue(delivery_ids=[delivery_id], attempt=attempts + 1)
+            resumed += 1
+    if resumed:
+        logger.warning("resumed %s alert deliveries whose RQ job was lost", resumed)
+    return resumed
+
+
+def failure_alert_job_id(failure_id: int) -> str:
+    # A fixed RQ job id per record lets the sweep tell a job still waiting from one Redis lost.
+    return f"alert-for-failure-{failure_id}"
+
+
+def failure_alert_enqueue(*, failure_id: int) -> None:
+    django_rq.get_queue(ALERTS_QUEUE).enqueue(
+        ALERT_FOR_FAILURE_TASK, failure_id, job_id=failure_alert_job_id(failure_id)
+    )
+
+
+def failure_check_enqueue(*, fingerprint: str) -> None:
+    django_rq.get_queue(ALERTS_QUEUE).enqueue(FINGERPRINT_CHECK_TASK, fingerprint)
+
+
+def alert_failures_resume(*, grace_seconds: float = UNALERTED_FAILURE_GRACE_SECONDS) -> int:
+    """Enqueue ``alert_for_failure`` again for the open failures never alerted whose alert job
+    is gone from Redis (flush, failover) or died. Returns how many were enqueued.
+
+    A job still waiting (alerts worker stopped or busy) is left alone, so passes do not pile up
+    copies; a copy that runs anyway is harmless, since a record is alerted once.
+    """
+    cutoff = timezone.now() - timedelta(seconds=grace_seconds)
+    ids = list(
+        FailureRecord.objects.filter(
+            alerted_at__isnull=True, state=FailureRecord.State.OPEN, created_at__lt=cutoff
+        )
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    queue = django_rq.get_queue(ALERTS_QUEUE)
+    resumed = 0
+    for start in range(0, len(ids), _RESUME_BATCH):
+        batch = ids[start : start + _RESUME_BATCH]
+        rq_jobs = Job.fetch_many(
+            [failure_alert_job_id(i) for i in batch],
+            connection=queue.connection,
+            serializer=queue.serializer,
+        )
+        for failure_id, rq_job in zip(batch, rq_jobs, strict=True):
+            if rq_job is not None:
+                if rq_job.get_status(refresh=False) not in _DEAD_RQ_STATUSES:
+                    continue
+                # A dead job keeps its id (a failed one for a year): free it to run again.
+                rq_job.delete()
+            failure_alert_enqueue(failure_id=failure_id)
+            resumed += 1
+    if resumed:
+        logger.warning("re-enqueued the alert of %s failures whose RQ job was lost", resumed)
+    return resumed
+
+
+def _job_timeout() -> int:
+    # httpx's timeout applies per phase (connect, write, read); leave room for all of them.
+    return int(settings.ALERT_DELIVERY_TIMEOUT * 4) + 10
+
+
+def _message_for(alert: Alert) -> AlertMessage:
+    return AlertMessage(
+        alert_id=alert.id,
+        fingerprint=alert.fingerprint,
+        severity=alert.severity,
+        action=alert.action,
+        title=alert.title,
+        body=alert.body,
+        source=alert.source,
+        created_at=alert.created_at,
+        details=alert.details,
+        folded_count=alert.folded_count,
+        folded_since=alert.folded_since,
+    )
+
+
+def alert_delivery_attempt(*, delivery_id: int, attempt: int) -> str:
+    """Make attempt number ``attempt`` of one delivery. Returns the outcome, for the job log.
+
+    The claim is an atomic conditional update on (state, attempts): a duplicate copy of the
+    RQ job, or one that arrives after the delivery finished, sends nothing.
+    """
+    claimed = AlertDelivery.objects.filter(
+        id=delivery_id, state=AlertDelivery.State.PENDING, attempts=attempt - 1
+    ).update(attempts=attempt)
+    if not claimed:
+        logger.info("alert delivery %s attempt %s: already done or taken", delivery_id, attempt)
+        return "skipped"
+    delivery = AlertDelivery.objects.select_related("alert").get(id=delivery_id)
+    where = redact_target(kind=delivery.kind, target=delivery.target)
+    started = time.monotonic()
+    error: DeliveryError | None = None
+    try:
+        send(kind=delivery.kind, target=delivery.target, message=_message_for(delivery.alert))
+    except DeliveryError as exc:
+        error = exc
+    except Exception as exc:  # noqa: BLE001 - a sender bug must not lose the delivery record
+        error = DeliveryError(scrub(f"{type(exc).__name__}: {exc}", target=delivery.target))
+    elapsed_ms = int((time.monotonic() - started) * 1000)
+
+    schedule = settings.ALERT_RETRY_SCHEDULE
+    retry_in = None
+    if error is not None and error.retryable and attempt <= len(schedule):
+        retry_in = float(schedule[attempt - 1])
+    outcome = _record_attempt(
+        delivery=delivery, attempt=attempt, error=error, elapsed_ms=elapsed_ms, retry_in=retry_in
+    )
+    if error is None:
+        logger.info("alert %s delivered to %s %s", delivery.alert_id, delivery.kind, where)
+    elif retry_in is not None:
+        logger.warning(
+            "alert %s to %s %s failed (attempt %s: %s); retry in %ss",
+            delivery.alert_id,
+            delivery.kind,
+            where,
+            attempt,
+            error,
+            retry_in,
+        )
+    else:
+        logger.error(
+            "alert %s to %s %s failed for good after %s attempt(s): %s",
+            delivery.alert_id,
+            delivery.kind,
+            where,
+            attempt,
+            error,
+        )
+    return outcome
+
+
+@transaction.atomic
+def _record_attempt(
+    *,
+    delivery: AlertDelivery,
+    attempt: int,
+    error: DeliveryError | None,
+    elapsed_ms: int,
+    retry_in: float | None,
+) -> str:
+    now = timezone.now()
+    delivery = AlertDelivery.objects.select_for_update().get(id=delivery.id)
+    entry = {"attempt": attempt, "at": now.isoformat(), "ok": error is None, "ms": elapsed_ms}
+    if error is not None:
+        entry["error"] = str(error)[:500]
+        delivery.last_error = str(error)[:2000]
+    delivery.history = [*delivery.history, entry]
+    if error is None:
+        delivery.state, delivery.delivered_at = AlertDelivery.State.DELIVERED, now
+        delivery.next_attempt_at = None
+    elif retry_in is None:
+        delivery.state, delivery.next_attempt_at = AlertDelivery.State.FAILED, None
+    else:
+        delivery.next_attempt_at = now + timedelta(seconds=retry_in)
+    delivery.save(
+        update_fields=["state", "delivered_at", "last_error", "history", "next_attempt_at"]
+    )
+
+    # Every delivery of the alert updates the same row: lock it so the roll-up is consistent.
+    alert = Alert.objects.select_for_update().get(id=delivery.alert_id)
+    states = list(alert.deliveries.values_list("state", flat=True))
+    alert.attempts += 1
+    if error is not None:
+        where = redact_target(kind=delivery.kind, target=delivery.target)
+        alert.last_error = f"{delivery.kind} {where}: {error}"[:2000]
+    if AlertDelivery.State.PENDING not in states:
+        delivered = states.count(AlertDelivery.State.DELIVERED)
+        if delivered == len(states):
+            alert.state = Alert.State.DELIVERED
+        elif delivered:
+            alert.state = Alert.State.PARTIAL
+        else:
+            alert.state = Alert.State.FAILED
+        alert.completed_at = now
+    alert.save(update_fields=["attempts", "last_error", "state", "completed_at"])
+
+    if retry_in is not None:
+        delay, next_attempt, delivery_id = retry_in, attempt + 1, delivery.id
+
+        def schedule_retry() -> None:
+            # Our own retries, like the LLM jobs': the alerts worker's scheduler runs it when due.
+            django_rq.get_queue(ALERTS_QUEUE).enqueue_in(
+                timedelta(seconds=delay),
+                DELIVER_TASK,
+                delivery_id,
+                next_attempt,
+                job_timeout=_job_timeout(),
+            )
+
+        transaction.on_commit(schedule_retry)
+        return "retrying"
+    return "delivered" if error is None else "failed"
