@@ -9,7 +9,6 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.test import Client
 
-import alerts.admin_alerts  # noqa: F401 - registers the admin even before alerts/admin.py does
 from alerts.models import Alert, AlertDelivery, AlertRoute
 from alerts.notifications import alert_raise
 from alerts.routing import Destination, destinations_for, redact_target

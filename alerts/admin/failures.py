@@ -4,8 +4,6 @@ Every action calls a service in alerts/services.py, the same one the staff API u
 """
 
 import json
-from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -16,100 +14,16 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
-from alerts import admin_alerts  # noqa: F401  (registers the AlertRoute and Alert admins)
+from alerts.admin.filters import AgeFilter, AttemptsFilter, CommentForm, CostFilter, ModelChoiceForm
 from alerts.models import FailureRecord
 from alerts.selectors import failure_requeue_estimate
 from alerts.services import failure_close, failure_requeue, failure_requeue_matching
-from ledger.models import ModelPrice
 from ledger.selectors import cost_entries_for_job
 from llmops.errors import ApplicationError
-
-
-class AgeFilter(admin.SimpleListFilter):
-    title = "age"
-    parameter_name = "age"
-    BANDS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
-
-    def lookups(self, request, model_admin):  # type: ignore[no-untyped-def]
-        return [
-            ("1h", "Last hour"),
-            ("24h", "Last 24 hours"),
-            ("7d", "Last 7 days"),
-            ("older", "Older than 7 days"),
-        ]
-
-    def queryset(self, request, queryset):  # type: ignore[no-untyped-def]
-        now = timezone.now()
-        band = self.BANDS.get(self.value() or "")
-        if band is not None:
-            return queryset.filter(created_at__gte=now - band)
-        if self.value() == "older":
-            return queryset.filter(created_at__lt=now - self.BANDS["7d"])
-        return queryset
-
-
-class CostFilter(admin.SimpleListFilter):
-    title = "cost so far"
-    parameter_name = "cost"
-    BANDS = {
-        "zero": (Decimal("0"), Decimal("0")),
-        "under_cent": (Decimal("0.000001"), Decimal("0.009999")),
-        "under_dollar": (Decimal("0.01"), Decimal("0.999999")),
-        "dollar_plus": (Decimal("1"), None),
-    }
-
-    def lookups(self, request, model_admin):  # type: ignore[no-untyped-def]
-        return [
-            ("zero", "$0"),
-            ("under_cent", "under $0.01"),
-            ("under_dollar", "$0.01 - $1"),
-            ("dollar_plus", "$1 or more"),
-        ]
-
-    def queryset(self, request, queryset):  # type: ignore[no-untyped-def]
-        band = self.BANDS.get(self.value() or "")
-        if band is None:
-            return queryset
-        low, high = band
-        queryset = queryset.filter(job__cost_usd__gte=low)
-        return queryset if high is None else queryset.filter(job__cost_usd__lte=high)
-
-
-class AttemptsFilter(admin.SimpleListFilter):
-    title = "attempts"
-    parameter_name = "attempts"
-
-    def lookups(self, request, model_admin):  # type: ignore[no-untyped-def]
-        return [("1", "1"), ("2-4", "2 - 4"), ("5+", "5 or more")]
-
-    def queryset(self, request, queryset):  # type: ignore[no-untyped-def]
-        if self.value() == "1":
-            return queryset.filter(attempts=1)
-        if self.value() == "2-4":
-            return queryset.filter(attempts__gte=2, attempts__lte=4)
-        if self.value() == "5+":
-            return queryset.filter(attempts__gte=5)
-        return queryset
-
-
-class ModelChoiceForm(forms.Form):
-    model = forms.ChoiceField(label="Run on model")
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        models = ModelPrice.objects.order_by("model").values_list("model", flat=True).distinct()
-        self.fields["model"].choices = [(m, m) for m in models]  # type: ignore[attr-defined]
-
-
-class CommentForm(forms.Form):
-    comment = forms.CharField(
-        label="Comment (optional)", required=False, widget=forms.Textarea(attrs={"rows": 3})
-    )
 
 
 @admin.register(FailureRecord)
