@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from ledger.models import CostEntry, ModelPrice
+from llmops.admin import ReadOnlyAdmin
 
 
 @admin.register(ModelPrice)
@@ -26,7 +27,7 @@ class ModelPriceAdmin(admin.ModelAdmin):
 
 
 @admin.register(CostEntry)
-class CostEntryAdmin(admin.ModelAdmin):
+class CostEntryAdmin(ReadOnlyAdmin):
     list_display = [
         "created_at",
         "job",
@@ -43,12 +44,3 @@ class CostEntryAdmin(admin.ModelAdmin):
     search_fields = ["=job__id", "request_id"]
     list_select_related = ["job"]
     date_hierarchy = "created_at"
-
-    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False

@@ -7,6 +7,7 @@ from django.utils.html import format_html_join
 
 from alerts.models import Alert, AlertDelivery, AlertRoute
 from alerts.routing import redact_target
+from llmops.admin import ReadOnlyAdmin
 
 
 @admin.register(AlertRoute)
@@ -43,7 +44,7 @@ class AlertDeliveryInline(admin.TabularInline):
 
 
 @admin.register(Alert)
-class AlertAdmin(admin.ModelAdmin):
+class AlertAdmin(ReadOnlyAdmin):
     list_display = [
         "created_at",
         "severity",
@@ -73,12 +74,3 @@ class AlertAdmin(admin.ModelAdmin):
             format_html_join(", ", "{} {}", ((d.kind, d.state) for d in alert.deliveries.all()))
             or "-"
         )
-
-    def has_add_permission(self, request):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False
-
-    def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
-        return False

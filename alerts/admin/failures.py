@@ -82,28 +82,8 @@ class FailureRecordAdmin(admin.ModelAdmin):
         ("Attempt timeline", {"fields": ["attempt_timeline"]}),
         ("Request", {"fields": ["request_snapshot_pretty"]}),
     ]
-    readonly_fields = [
-        "severity",
-        "reason_code",
-        "retries_exhausted",
-        "created_at",
-        "alerted_at",
-        "state",
-        "handled_by",
-        "handled_at",
-        "comment",
-        "requeued_model",
-        "job_link",
-        "job_outcome",
-        "attempts",
-        "total_cost",
-        "http_status",
-        "error_type",
-        "message",
-        "request_id",
-        "attempt_timeline",
-        "request_snapshot_pretty",
-    ]
+    # The detail page is read-only: records change only through the actions.
+    readonly_fields = [str(name) for _, section in fieldsets for name in section["fields"]]
 
     # --- columns -------------------------------------------------------------------------
 
