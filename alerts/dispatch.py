@@ -19,11 +19,11 @@ import django_rq
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from rq.job import Job, JobStatus
 
 from alerts.delivery import AlertMessage, DeliveryError, send
 from alerts.models import Alert, AlertDelivery, FailureRecord
 from alerts.routing import redact_target, scrub
+from llmops.rq_jobs import rq_job_is_alive, rq_jobs_fetch
 
 __all__ = [
     "ALERTS_QUEUE",
@@ -48,10 +48,6 @@ UNALERTED_FAILURE_GRACE_SECONDS = 120.0
 """A failure still unalerted this long after it was created lost its alert job: the alerts worker
 needs milliseconds per failure, so only a Redis flush or failover, or an alerts worker stopped
 for minutes, leaves one this late (and a job still waiting in Redis is left alone)."""
-_RESUME_BATCH = 500
-"""Alert jobs looked up in Redis per round trip by ``alert_failures_resume``."""
-# An RQ job in one of these states will never run its task again.
-_DEAD_RQ_STATUSES = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, JobStatus.FINISHED}
 
 
 def deliveries_enqueue(*, delivery_ids: list[int], attempt: int = 1) -> None:
@@ -120,22 +116,16 @@ def alert_failures_resume(*, grace_seconds: float = UNALERTED_FAILURE_GRACE_SECO
         .values_list("id", flat=True)
     )
     queue = django_rq.get_queue(ALERTS_QUEUE)
+    rq_jobs = rq_jobs_fetch(queue=queue, job_ids=[failure_alert_job_id(i) for i in ids])
     resumed = 0
-    for start in range(0, len(ids), _RESUME_BATCH):
-        batch = ids[start : start + _RESUME_BATCH]
-        rq_jobs = Job.fetch_many(
-            [failure_alert_job_id(i) for i in batch],
-            connection=queue.connection,
-            serializer=queue.serializer,
-        )
-        for failure_id, rq_job in zip(batch, rq_jobs, strict=True):
-            if rq_job is not None:
-                if rq_job.get_status(refresh=False) not in _DEAD_RQ_STATUSES:
-                    continue
-                # A dead job keeps its id (a failed one for a year): free it to run again.
-                rq_job.delete()
-            failure_alert_enqueue(failure_id=failure_id)
-            resumed += 1
+    for failure_id, rq_job in zip(ids, rq_jobs, strict=True):
+        if rq_job_is_alive(rq_job):
+            continue
+        if rq_job is not None:
+            # A dead job keeps its id (a failed one for a year): free it to run again.
+            rq_job.delete()
+        failure_alert_enqueue(failure_id=failure_id)
+        resumed += 1
     if resumed:
         logger.warning("re-enqueued the alert of %s failures whose RQ job was lost", resumed)
     return resumed

@@ -12,20 +12,19 @@ import django_rq
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from rq.job import Job, JobStatus
+from redis import Redis
+from rq import Queue
 
 from jobs.models import LlmJob
 from jobs.retry_policy import classify
 from jobs.runner import AttemptFailure, job_lock_key, record_failed_attempt
 from jobs.services import job_enqueue
 from ledger.models import CostEntry
+from llmops.rq_jobs import rq_job_is_alive, rq_jobs_fetch
 
 __all__ = ["ReconcileReport", "reconcile_jobs"]
 
 logger = logging.getLogger(__name__)
-
-# An RQ job in one of these states will never run our task again.
-DEAD_RQ_STATUSES = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, JobStatus.FINISHED}
 
 
 @dataclass
@@ -37,23 +36,17 @@ class ReconcileReport:
         return f"re-enqueued {self.requeued_lost} lost, recovered {self.recovered_stale} stale"
 
 
-def _rq_job_alive(connection: object, rq_job_id: str) -> bool:
-    if not rq_job_id:
-        return False
-    jobs = Job.fetch_many([rq_job_id], connection=connection)  # type: ignore[arg-type]
-    job = jobs[0] if jobs else None
-    if job is None:
-        return False
-    return job.get_status(refresh=False) not in DEAD_RQ_STATUSES
-
-
-def _requeue_lost(report: ReconcileReport, connection: object) -> None:
+def _requeue_lost(report: ReconcileReport, queue: Queue) -> None:
     cutoff = timezone.now() - timedelta(seconds=settings.LLM_LOST_QUEUE_GRACE_SECONDS)
-    waiting = LlmJob.objects.filter(
-        status=LlmJob.Status.QUEUED, enqueued_at__lt=cutoff
-    ) | LlmJob.objects.filter(status=LlmJob.Status.RETRYING, next_attempt_at__lt=cutoff)
-    for job in waiting.only("id", "status", "rq_job_id", "next_attempt_at", "enqueued_at"):
-        if _rq_job_alive(connection, job.rq_job_id):
+    waiting = list(
+        (
+            LlmJob.objects.filter(status=LlmJob.Status.QUEUED, enqueued_at__lt=cutoff)
+            | LlmJob.objects.filter(status=LlmJob.Status.RETRYING, next_attempt_at__lt=cutoff)
+        ).only("id", "rq_job_id")
+    )
+    rq_jobs = rq_jobs_fetch(queue=queue, job_ids=[job.rq_job_id for job in waiting])
+    for job, rq_job in zip(waiting, rq_jobs, strict=True):
+        if rq_job_is_alive(rq_job):
             continue
         with transaction.atomic():
             fresh = LlmJob.objects.select_for_update().get(id=job.id)
@@ -64,11 +57,11 @@ def _requeue_lost(report: ReconcileReport, connection: object) -> None:
         logger.warning("job %s was missing from Redis; enqueued again", job.id)
 
 
-def _recover_stale(report: ReconcileReport, connection: object) -> None:
+def _recover_stale(report: ReconcileReport, connection: Redis) -> None:
     cutoff = timezone.now() - timedelta(seconds=settings.LLM_STALE_AFTER_SECONDS)
     stale = LlmJob.objects.filter(status=LlmJob.Status.RUNNING, heartbeat_at__lt=cutoff)
     for job in stale.only("id"):
-        if connection.exists(job_lock_key(job.id)):  # type: ignore[attr-defined]
+        if connection.exists(job_lock_key(job.id)):
             continue  # a worker still holds it; its heartbeat is merely late
         with transaction.atomic():
             fresh = LlmJob.objects.select_for_update().get(id=job.id)
@@ -91,8 +84,8 @@ def _recover_stale(report: ReconcileReport, connection: object) -> None:
 
 
 def reconcile_jobs() -> ReconcileReport:
-    connection = django_rq.get_connection("llm")
+    queue = django_rq.get_queue("llm")
     report = ReconcileReport()
-    _recover_stale(report, connection)
-    _requeue_lost(report, connection)
+    _recover_stale(report, queue.connection)
+    _requeue_lost(report, queue)
     return report
