@@ -15,6 +15,7 @@ import django_rq
 import httpx
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 from rq import SimpleWorker
@@ -110,6 +111,15 @@ def prices(django_db_blocker: Any) -> None:
 
 def _user(username: str) -> Any:
     return get_user_model().objects.create_user(username=username, password="pw-" + username)
+
+
+def make_user(username: str, *perms: str, is_staff: bool = False, password: str = "pw") -> Any:
+    """A user holding the given permissions, by codename (e.g. ``requeue_failurerecord``)."""
+    user = get_user_model().objects.create_user(
+        username=username, password=password, is_staff=is_staff
+    )
+    user.user_permissions.add(*Permission.objects.filter(codename__in=perms))
+    return user
 
 
 def _client_for(user: Any) -> APIClient:

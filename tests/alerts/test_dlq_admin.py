@@ -2,14 +2,13 @@
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from alerts.models import FailureRecord
 from jobs.models import LlmJob
-from tests.conftest import submit
+from tests.conftest import make_user, submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
@@ -18,13 +17,7 @@ MATCHING = "/admin/alerts/failurerecord/requeue-matching/"
 
 
 def staff(username: str, *perms: str) -> Client:
-    user = get_user_model().objects.create_user(username=username, password="pw", is_staff=True)
-    user.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label="alerts",
-            codename__in=["view_failurerecord", *perms],
-        )
-    )
+    user = make_user(username, "view_failurerecord", *perms, is_staff=True)
     client = Client()
     client.force_login(user)
     return client

@@ -1,14 +1,12 @@
 """Staff API for the DLQ: /api/v1/failures/."""
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from alerts.models import FailureRecord
 from jobs.models import LlmJob
-from tests.conftest import submit
+from tests.conftest import make_user, submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
@@ -22,10 +20,7 @@ ALL_PERMS = [
 
 
 def api_client(username: str, *perms: str, is_staff: bool = True) -> APIClient:
-    user = get_user_model().objects.create_user(username=username, is_staff=is_staff)
-    user.user_permissions.add(
-        *Permission.objects.filter(content_type__app_label="alerts", codename__in=perms)
-    )
+    user = make_user(username, *perms, is_staff=is_staff)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
     return client

@@ -7,12 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 
 from alerts.models import FailureRecord
 from jobs.models import LlmJob
-from tests.conftest import submit
+from tests.conftest import make_user, submit
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made by the test itself
 # stay synchronous and sequential, which is what this flag allows.
@@ -73,23 +71,18 @@ def log_in(page, live_server, username: str) -> None:
 
 
 def make_operator(username: str = "olga") -> None:
-    user = get_user_model().objects.create_user(
-        username=username, password="pw-staff", is_staff=True
-    )
-    user.user_permissions.add(
-        *Permission.objects.filter(
-            content_type__app_label__in=["alerts", "jobs", "ledger"],
-            codename__in=[
-                "view_failurerecord",
-                "requeue_failurerecord",
-                "requeue_other_model_failurerecord",
-                "requeue_matching_failurerecord",
-                "resolve_failurerecord",
-                "ignore_failurerecord",
-                "view_llmjob",
-                "view_costentry",
-            ],
-        )
+    make_user(
+        username,
+        "view_failurerecord",
+        "requeue_failurerecord",
+        "requeue_other_model_failurerecord",
+        "requeue_matching_failurerecord",
+        "resolve_failurerecord",
+        "ignore_failurerecord",
+        "view_llmjob",
+        "view_costentry",
+        is_staff=True,
+        password="pw-staff",
     )
 
 
