@@ -225,3 +225,61 @@ class AlertDelivery(models.Model):
         from alerts.routing import redact_target
 
         return f"{self.kind} {redact_target(kind=self.kind, target=self.target)}"
+
+
+class LoopHeartbeat(models.Model):
+    """When a long-running loop command (reconciler, monitor, ...) last finished a pass.
+
+    Each loop writes its own row after every pass; the loop health check raises an ERROR alert
+    for a loop that has not passed for three of its intervals, and resolves it once it passes.
+    """
+
+    name = models.CharField(max_length=64, unique=True)
+    interval_seconds = models.FloatField()
+    last_pass_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    host = models.CharField(max_length=255, blank=True, help_text="host:pid of the last pass.")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class BulkRequeue(models.Model):
+    """One "requeue all matching" over a DLQ selection, run as a background job on the default
+    queue in bounded batches, with its progress shown in the admin."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        RUNNING = "running", "Running"
+        FINISHED = "finished", "Finished"
+        FAILED = "failed", "Failed"
+
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    description = models.CharField(max_length=500, blank=True, help_text="The filter, as shown.")
+    model = models.CharField(max_length=100, blank=True, help_text="Requeue on this model.")
+    record_ids = models.JSONField(default=list, help_text="The open records selected.")
+    total = models.PositiveIntegerField(default=0)
+    processed = models.PositiveIntegerField(default=0)
+    moved = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    last_error = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"bulk requeue {self.id} ({self.processed}/{self.total})"
+
+    @property
+    def percent(self) -> int:
+        return 100 if not self.total else int(self.processed * 100 / self.total)

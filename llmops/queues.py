@@ -1,0 +1,54 @@
+"""Queue names, task paths and Redis key builders: the one module that spells them.
+
+Modelled on rq's own ``defaults.py``. Plain constants and string builders with no Django import,
+so that ``llmops/settings.py`` can read them too. Nothing else in the project spells a queue name,
+a task path or a key prefix.
+"""
+
+__all__ = [
+    "ALERTS_QUEUE",
+    "ALERT_FOR_FAILURE_TASK",
+    "DEFAULT_QUEUE",
+    "DELIVER_ALERT_TASK",
+    "FINGERPRINT_CHECK_TASK",
+    "KEY_PREFIX",
+    "LLM_QUEUE",
+    "QUEUE_NAMES",
+    "REQUEUE_MATCHING_TASK",
+    "RUN_LLM_JOB_TASK",
+    "alert_for_failure_job_id",
+    "job_lock_key",
+    "loop_pass_key",
+]
+
+LLM_QUEUE = "llm"
+"""LLM calls: long network waits, their own workers and scheduler."""
+ALERTS_QUEUE = "alerts"
+"""Alert raising and delivery (one RQ job per destination), with their retries."""
+DEFAULT_QUEUE = "default"
+"""Everything else: staff bulk actions and housekeeping."""
+QUEUE_NAMES = (LLM_QUEUE, DEFAULT_QUEUE, ALERTS_QUEUE)
+
+RUN_LLM_JOB_TASK = "jobs.tasks.run_llm_job"
+ALERT_FOR_FAILURE_TASK = "alerts.tasks.alert_for_failure"
+DELIVER_ALERT_TASK = "alerts.tasks.deliver_alert"
+FINGERPRINT_CHECK_TASK = "alerts.tasks.failure_fingerprint_check"
+REQUEUE_MATCHING_TASK = "alerts.tasks.requeue_matching"
+
+KEY_PREFIX = "llmops:"
+"""Every Redis key of ours starts with this (rq's own keys start with ``rq:``)."""
+
+
+def job_lock_key(job_id: object) -> str:
+    """The per-job lock a worker holds while it runs one attempt of the job."""
+    return f"{KEY_PREFIX}job-lock:{job_id}"
+
+
+def loop_pass_key(name: str) -> str:
+    """Where a long-running loop command notes its last finished pass (a cheap liveness mark)."""
+    return f"{KEY_PREFIX}loop-pass:{name}"
+
+
+def alert_for_failure_job_id(failure_id: int) -> str:
+    """A fixed RQ job id per FailureRecord lets the sweep tell a waiting job from a lost one."""
+    return f"alert-for-failure-{failure_id}"
