@@ -17,6 +17,7 @@ __all__ = [
     "REQUEUE_MATCHING_TASK",
     "RUN_LLM_JOB_TASK",
     "alert_for_failure_job_id",
+    "bulk_requeue_job_id",
     "job_lock_key",
     "loop_pass_key",
 ]
@@ -52,3 +53,9 @@ def loop_pass_key(name: str) -> str:
 def alert_for_failure_job_id(failure_id: int) -> str:
     """A fixed RQ job id per FailureRecord lets the sweep tell a waiting job from a lost one."""
     return f"alert-for-failure-{failure_id}"
+
+
+def bulk_requeue_job_id(bulk_id: int) -> str:
+    """A fixed RQ job id per BulkRequeue lets the sweep tell a waiting or running job from a
+    lost one."""
+    return f"bulk-requeue-{bulk_id}"
