@@ -14,8 +14,8 @@ import httpx
 from django.conf import settings
 from django.core.mail import get_connection, send_mail
 
-from alerts.models import AlertKind
-from alerts.routing import scrub
+from alerts import targets
+from alerts.targets import scrub
 
 __all__ = ["SENDERS", "AlertMessage", "DeliveryError", "send"]
 
@@ -166,10 +166,10 @@ def send_email(*, target: str, message: AlertMessage) -> None:
 
 
 SENDERS: dict[str, Callable[..., None]] = {
-    AlertKind.SLACK: send_slack,
-    AlertKind.PAGERDUTY: send_pagerduty,
-    AlertKind.WEBHOOK: send_webhook,
-    AlertKind.EMAIL: send_email,
+    targets.SLACK: send_slack,
+    targets.PAGERDUTY: send_pagerduty,
+    targets.WEBHOOK: send_webhook,
+    targets.EMAIL: send_email,
 }
 
 

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from alerts.delivery import AlertMessage, DeliveryError, send
 from alerts.models import Alert, AlertDelivery, FailureRecord
-from alerts.routing import redact_target, scrub
+from alerts.targets import redact_target, scrub
 from llmops.rq_jobs import rq_job_is_alive, rq_jobs_fetch
 
 __all__ = [

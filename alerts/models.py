@@ -1,5 +1,8 @@
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
+
+from alerts import targets
 
 
 class Severity(models.TextChoices):
@@ -68,10 +71,10 @@ class FailureRecord(models.Model):
 
 
 class AlertKind(models.TextChoices):
-    SLACK = "slack", "Slack incoming webhook"
-    PAGERDUTY = "pagerduty", "PagerDuty Events API v2"
-    WEBHOOK = "webhook", "Generic JSON webhook"
-    EMAIL = "email", "Email"
+    SLACK = targets.SLACK, "Slack incoming webhook"
+    PAGERDUTY = targets.PAGERDUTY, "PagerDuty Events API v2"
+    WEBHOOK = targets.WEBHOOK, "Generic JSON webhook"
+    EMAIL = targets.EMAIL, "Email"
 
 
 class AlertRoute(models.Model):
@@ -98,17 +101,17 @@ class AlertRoute(models.Model):
         ordering = ["severity", "kind", "id"]
 
     def __str__(self) -> str:
-        from alerts.routing import redact_target
-
-        label = self.name or f"{self.kind} {redact_target(kind=self.kind, target=self.target)}"
+        redacted = targets.redact_target(kind=self.kind, target=self.target)
+        label = self.name or f"{self.kind} {redacted}"
         return f"{self.severity}: {label}"
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        from alerts.routing import target_problem
-
-        problem = target_problem(kind=self.kind, target=self.target)
+        # An unknown kind is already reported on the kind field by its choices.
+        if self.kind not in targets.KINDS:
+            return
+        # Stored stripped, as ALERT_ROUTES stores its targets.
+        self.target = (self.target or "").strip()
+        problem = targets.target_problem(kind=self.kind, target=self.target)
         if problem:
             raise ValidationError({"target": problem})
 
@@ -222,9 +225,7 @@ class AlertDelivery(models.Model):
         indexes = [models.Index(fields=["state", "next_attempt_at"], name="alertdelivery_due")]
 
     def __str__(self) -> str:
-        from alerts.routing import redact_target
-
-        return f"{self.kind} {redact_target(kind=self.kind, target=self.target)}"
+        return f"{self.kind} {targets.redact_target(kind=self.kind, target=self.target)}"
 
 
 class LoopHeartbeat(models.Model):

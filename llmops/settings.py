@@ -12,6 +12,9 @@ from urllib.parse import unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
+# Pure (no models): ALERT_ROUTES is checked by the same rule as the admin's AlertRoute.
+from alerts import targets as alert_targets
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -235,7 +238,7 @@ LOGGING = {
 # --- Alerts -----------------------------------------------------------------------------------
 
 ALERT_SEVERITIES = ("WARNING", "ERROR", "CRITICAL")
-ALERT_KINDS = ("slack", "pagerduty", "webhook", "email")
+ALERT_KINDS = alert_targets.KINDS
 
 
 def alert_routes_from_env(name: str) -> dict[str, list[dict[str, str]]]:
@@ -266,10 +269,9 @@ def alert_routes_from_env(name: str) -> dict[str, list[dict[str, str]]]:
                 )
             if not isinstance(target, str) or not target.strip():
                 raise ImproperlyConfigured(f"{where}: target must be a non-empty string")
-            if kind in ("slack", "webhook") and urlparse(target).scheme not in ("http", "https"):
-                raise ImproperlyConfigured(f"{where}: target must be an http(s) URL")
-            if kind == "email" and not all("@" in a for a in target.split(",") if a.strip()):
-                raise ImproperlyConfigured(f"{where}: target must be comma-separated addresses")
+            problem = alert_targets.target_problem(kind=kind, target=target)
+            if problem:
+                raise ImproperlyConfigured(f"{where}: bad {kind} target: {problem}")
             checked.append(
                 {"kind": kind, "target": target.strip(), "name": str(destination.get("name", ""))}
             )

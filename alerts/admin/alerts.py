@@ -6,7 +6,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html_join
 
 from alerts.models import Alert, AlertDelivery, AlertRoute
-from alerts.routing import redact_target
+from alerts.targets import redact_target
 from llmops.admin import ReadOnlyAdmin
 
 

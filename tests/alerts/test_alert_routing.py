@@ -11,7 +11,8 @@ from django.test import Client
 
 from alerts.models import Alert, AlertDelivery, AlertRoute
 from alerts.notifications import alert_raise
-from alerts.routing import Destination, destinations_for, redact_target
+from alerts.routing import Destination, destinations_for
+from alerts.targets import redact_target
 from llmops.settings import alert_routes_from_env
 from tests.alerts.conftest import ROUTING_KEY, SLACK_PATH, WEBHOOK_PATH, dead_letter
 from tests.conftest import submit

@@ -1,0 +1,88 @@
+"""Alert destination kinds, the one check of a target, and how a target is shown without leaking it.
+
+Targets are secrets (a Slack webhook URL posts to a channel, a PagerDuty routing key pages
+people): everything that logs, prints or stores an error uses ``redact_target`` or ``scrub``, and
+``target_problem`` never repeats the target it rejects.
+
+Pure on purpose: no Django model import, so that ``llmops/settings.py`` checks ``ALERT_ROUTES``
+with the same rule as the admin before any app is loaded.
+"""
+
+import re
+from urllib.parse import urlparse
+
+__all__ = [
+    "EMAIL",
+    "KINDS",
+    "PAGERDUTY",
+    "SLACK",
+    "WEBHOOK",
+    "redact_target",
+    "scrub",
+    "target_problem",
+]
+
+SLACK = "slack"
+"""Target: a Slack incoming-webhook URL."""
+PAGERDUTY = "pagerduty"
+"""Target: the routing key of a PagerDuty Events API v2 integration."""
+WEBHOOK = "webhook"
+"""Target: any http(s) URL that takes the alert as JSON."""
+EMAIL = "email"
+"""Target: comma-separated email addresses."""
+KINDS = (SLACK, PAGERDUTY, WEBHOOK, EMAIL)
+
+# PagerDuty's integration ("routing") keys are 32 letters and digits; anything else is a paste
+# error that would only show up as a 400 from the Events API when the first incident fires.
+_ROUTING_KEY = re.compile(r"[A-Za-z0-9]{32}")
+# Deliberately loose: one "@" with something on each side and no space. The mail server, not
+# a regular expression, is the judge of an address; this catches a pasted name or a URL.
+_ADDRESS = re.compile(r"[^@\s]+@[^@\s]+")
+
+
+def target_problem(*, kind: str, target: str) -> str:
+    """What is wrong with a target for its kind, without repeating the target; "" if nothing.
+
+    The one check, used by the admin (``AlertRoute.clean``) and by the ``ALERT_ROUTES`` setting.
+    Leading and trailing spaces are ignored: both callers store the target stripped.
+    """
+    if kind not in KINDS:
+        return f"Unknown kind; use {', '.join(KINDS)}."
+    target = target.strip()
+    if not target:
+        return "A target is required."
+    if kind in (SLACK, WEBHOOK):
+        parsed = urlparse(target)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            return "Enter an http(s) URL with a host."
+    if kind == EMAIL:
+        # Empty items (a trailing comma) are skipped, as the email sender skips them.
+        addresses = [a.strip() for a in target.split(",") if a.strip()]
+        if not addresses or not all(_ADDRESS.fullmatch(a) for a in addresses):
+            return "Enter comma-separated email addresses."
+    if kind == PAGERDUTY and not _ROUTING_KEY.fullmatch(target):
+        return "Enter the integration's routing key (32 letters and digits, no spaces)."
+    return ""
+
+
+def redact_target(*, kind: str, target: str) -> str:
+    """Enough to recognise a destination, not enough to use it."""
+    if kind == EMAIL:
+        # Addresses are not credentials, and operators need to see who was mailed.
+        return target
+    if kind in (SLACK, WEBHOOK):
+        host = urlparse(target).hostname or "?"
+        return f"{host}/…"
+    return f"…{target[-4:]}" if len(target) > 8 else "…"
+
+
+def scrub(text: str, *, target: str) -> str:
+    """Remove a target (and, for a URL, its path and query) from a message before storing it."""
+    secrets = {target}
+    parsed = urlparse(target)
+    if parsed.scheme in ("http", "https"):
+        secrets.update(p for p in (parsed.path, parsed.query) if len(p) > 1)
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return text
