@@ -1,5 +1,6 @@
 import uuid
 from decimal import Decimal
+from typing import Any, NoReturn
 
 from django.db import models
 
@@ -39,8 +40,53 @@ class ModelPrice(models.Model):
         return f"{self.model} from {self.effective_from:%Y-%m-%d}"
 
 
+class LedgerIsAppendOnly(ValueError):
+    """Code tried to change or remove a ledger row.
+
+    A programming error, not a request error, so it is not an ``ApplicationError``: no API caller
+    can cause it and no handler should turn it into a response. It subclasses ``ValueError``
+    because ``CostEntry.save()`` refused updates with ``ValueError`` before it existed.
+    """
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(
+            f"CostEntry rows are append-only: {operation} is refused; "
+            "record a correction as a new row instead"
+        )
+
+
+class CostEntryQuerySet(models.QuerySet["CostEntry"]):
+    """Reads and inserts only: every way the ORM offers to rewrite or remove rows raises.
+
+    The database refuses the same on MariaDB/MySQL (triggers from migration 0003), so raw SQL
+    cannot do it either.
+    """
+
+    def update(self, **kwargs: Any) -> NoReturn:
+        raise LedgerIsAppendOnly("QuerySet.update()")
+
+    def bulk_update(self, objs: Any, fields: Any, batch_size: int | None = None) -> NoReturn:
+        raise LedgerIsAppendOnly("QuerySet.bulk_update()")
+
+    def delete(self) -> NoReturn:
+        raise LedgerIsAppendOnly("QuerySet.delete()")
+
+    delete.alters_data = True  # type: ignore[attr-defined]
+    delete.queryset_only = True  # type: ignore[attr-defined]
+
+    def _raw_delete(self, using: Any) -> NoReturn:
+        # The deletion collector's fast path for cascades; nothing cascades to the ledger today
+        # (its foreign keys PROTECT), so this only guards a future schema change.
+        raise LedgerIsAppendOnly("QuerySet._raw_delete()")
+
+
 class CostEntry(models.Model):
-    """One provider attempt, priced. Append-only: corrections are new rows."""
+    """One provider attempt, priced. Append-only: corrections are new rows.
+
+    Enforced three times: ``save()`` refuses an existing row, the default manager's QuerySet
+    refuses ``update()``/``bulk_update()``/``delete()``, and on MariaDB/MySQL database triggers
+    refuse ``UPDATE`` and ``DELETE`` on the table (see migration 0003 for the one escape hatch).
+    """
 
     class Outcome(models.TextChoices):
         SUCCESS = "success", "Success"
@@ -75,6 +121,8 @@ class CostEntry(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
+    objects = CostEntryQuerySet.as_manager()
+
     class Meta:
         ordering = ["created_at"]
         verbose_name_plural = "cost entries"
@@ -88,8 +136,11 @@ class CostEntry(models.Model):
     def save(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         # The ledger is append-only; an update would rewrite money history.
         if not self._state.adding:
-            raise ValueError("CostEntry rows are append-only")
+            raise LedgerIsAppendOnly("saving an existing row")
         super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise LedgerIsAppendOnly("Model.delete()")
 
     @property
     def cache_creation_input_tokens(self) -> int:
