@@ -39,7 +39,7 @@ lint: dev-venv
 	$(BIN)/ruff format --check .
 
 typecheck: dev-venv
-	$(BIN)/mypy llmops jobs ledger alerts
+	$(BIN)/mypy llmops jobs ledger alerts fake_provider
 
 test: dev-venv services browser lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \

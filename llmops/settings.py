@@ -108,6 +108,7 @@ INSTALLED_APPS = [
     "jobs",
     "ledger",
     "alerts",
+    "fake_provider",
 ]
 
 MIDDLEWARE = [

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from django.core.management import CommandError, call_command
 
-from jobs.fake_provider import FakeProviderState, build_server, create_app
+from fake_provider import FakeProviderState, build_server, create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "claude-sonnet-4-6"

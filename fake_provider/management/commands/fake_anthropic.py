@@ -1,4 +1,4 @@
-"""Serve the fake Anthropic Messages API (jobs/fake_provider) with uvicorn.
+"""Serve the fake Anthropic Messages API (the fake_provider app) with uvicorn.
 
     python manage.py fake_anthropic --port 8787 --latency-ms 20-400 --rpm 120 \\
         --fault 529:0.2 --fault drop:0.05 --seed 7
@@ -8,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from jobs.fake_provider import FakeProviderState, build_server, create_app
-from jobs.fake_provider.state import FAULT_CODES, parse_fault, parse_latency, parse_rpm
+from fake_provider import FakeProviderState, build_server, create_app
+from fake_provider.state import FAULT_CODES, parse_fault, parse_latency, parse_rpm
 
 
 class Command(BaseCommand):
