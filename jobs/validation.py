@@ -16,6 +16,10 @@ FEATURE_RE = re.compile(r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$")
 MAX_FEATURE_LENGTH = 64
 ROLES = {"user", "assistant"}
 BLOCK_TYPES = {"text", "image", "document", "tool_use", "tool_result", "thinking"}
+TOOL_RESULT_BLOCK_TYPES = {"text", "image", "document"}
+DOCUMENT_CONTENT_BLOCK_TYPES = {"text", "image"}
+IMAGE_MEDIA_TYPES = {"image/jpeg", "image/png", "image/gif", "image/webp"}
+"""The image formats the Messages API accepts."""
 
 
 @dataclass(frozen=True)
@@ -37,19 +41,99 @@ def _fail(code: str, message: str, field: str) -> ValidationFailed:
     return ValidationFailed(message, code=code, detail={"field": field})
 
 
-def _check_text_blocks(value: list[Any], *, field: str, code: str, types: set[str]) -> None:
+def _check_inline(source: dict[str, Any], *, where: str, media_types: set[str]) -> None:
+    if source.get("media_type") not in media_types:
+        allowed = ", ".join(sorted(media_types))
+        raise _fail("invalid_messages", f"{where}.media_type must be one of {allowed}.", where)
+    if not isinstance(source.get("data"), str) or not source["data"]:
+        raise _fail("invalid_messages", f"{where}.data must be a non-empty string.", where)
+
+
+def _unpriceable(where: str, kind: Any) -> ValidationFailed:
+    # The provider fetches a URL or a Files API id itself: the bytes it will bill for are not in
+    # the job, so no upper bound on the attempt's cost (ledger/pricing.py) could be set.
+    return _fail(
+        "invalid_messages",
+        f"{where}: a source of type {kind!r} cannot be priced before the call; send the "
+        "content inline (base64 for images and PDFs, text or content for documents).",
+        where,
+    )
+
+
+def _check_image(block: dict[str, Any], *, where: str) -> None:
+    source = block.get("source")
+    at = f"{where}.source"
+    if not isinstance(source, dict):
+        raise _fail("invalid_messages", f"{at} must be an object.", at)
+    if source.get("type") != "base64":
+        raise _unpriceable(at, source.get("type"))
+    _check_inline(source, where=at, media_types=IMAGE_MEDIA_TYPES)
+
+
+def _check_document(block: dict[str, Any], *, where: str) -> None:
+    source = block.get("source")
+    at = f"{where}.source"
+    if not isinstance(source, dict):
+        raise _fail("invalid_messages", f"{at} must be an object.", at)
+    kind = source.get("type")
+    if kind == "base64":
+        _check_inline(source, where=at, media_types={"application/pdf"})
+    elif kind == "text":
+        _check_inline(source, where=at, media_types={"text/plain"})
+    elif kind == "content":
+        content = source.get("content")
+        if isinstance(content, list):
+            _check_blocks(
+                content,
+                field=f"{at}.content",
+                code="invalid_messages",
+                types=DOCUMENT_CONTENT_BLOCK_TYPES,
+            )
+        elif not isinstance(content, str) or not content.strip():
+            raise _fail(
+                "invalid_messages",
+                f"{at}.content must be a non-empty string or a list of blocks.",
+                f"{at}.content",
+            )
+    else:
+        raise _unpriceable(at, kind)
+
+
+def _check_tool_result(block: dict[str, Any], *, where: str) -> None:
+    content = block.get("content")
+    if isinstance(content, list) and content:
+        _check_blocks(
+            content,
+            field=f"{where}.content",
+            code="invalid_messages",
+            types=TOOL_RESULT_BLOCK_TYPES,
+        )
+    elif content is not None and not isinstance(content, str):
+        raise _fail(
+            "invalid_messages",
+            f"{where}.content must be a string or a list of blocks.",
+            f"{where}.content",
+        )
+
+
+def _check_blocks(value: list[Any], *, field: str, code: str, types: set[str]) -> None:
     if not value:
         raise _fail(code, f"{field} must not be an empty list of blocks.", field)
     for i, block in enumerate(value):
         where = f"{field}[{i}]"
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
             raise _fail(code, f"{where} must be an object with a 'type'.", where)
-        if block["type"] not in types:
-            raise _fail(code, f"{where} has unknown type {block['type']!r}.", where)
-        if block["type"] == "text" and (
-            not isinstance(block.get("text"), str) or not block["text"].strip()
-        ):
+        kind = block["type"]
+        if kind not in types:
+            raise _fail(code, f"{where} has unknown type {kind!r}.", where)
+        if kind == "text" and (not isinstance(block.get("text"), str) or not block["text"].strip()):
             raise _fail(code, f"{where} must carry a non-empty 'text'.", where)
+        if kind == "image":
+            _check_image(block, where=where)
+        elif kind == "document":
+            _check_document(block, where=where)
+        elif kind == "tool_result":
+            _check_tool_result(block, where=where)
 
 
 def _validate_messages(value: Any) -> list[dict[str, Any]]:
@@ -70,7 +154,7 @@ def _validate_messages(value: Any) -> list[dict[str, Any]]:
             if not content.strip():
                 raise _fail("invalid_messages", f"{where}.content must not be empty.", where)
         elif isinstance(content, list):
-            _check_text_blocks(
+            _check_blocks(
                 content, field=f"{where}.content", code="invalid_messages", types=BLOCK_TYPES
             )
         else:
@@ -123,7 +207,7 @@ def validate_job_request(data: Any) -> JobRequest:
             if not system.strip():
                 system = None
         elif isinstance(system, list):
-            _check_text_blocks(system, field="system", code="invalid_system", types={"text"})
+            _check_blocks(system, field="system", code="invalid_system", types={"text"})
         else:
             raise _fail(
                 "invalid_system", "system must be a string or a list of text blocks.", "system"
