@@ -24,9 +24,10 @@ dev-venv: $(VENV)/.dev-installed
 migrate: venv
 	$(BIN)/python manage.py migrate --noinput
 
+# DEBUG is off unless asked for; a local run asks for it (DJANGO_DEBUG=False make run does not).
 run: venv migrate
 	$(BIN)/python manage.py ensure_demo_user
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-True} PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start
 
 services:
 	./scripts/services.sh

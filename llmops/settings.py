@@ -6,6 +6,7 @@ raises ImproperlyConfigured at start-up instead of being silently ignored.
 
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -88,9 +89,72 @@ def database_from_url(url: str) -> dict[str, Any]:
     raise ImproperlyConfigured(f"DATABASE_URL scheme {parsed.scheme!r} is not supported")
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me-in-production")
-DEBUG = envbool("DJANGO_DEBUG", "True")
-ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",") if h]
+# --- Security ---------------------------------------------------------------------------------
+
+DEBUG = envbool("DJANGO_DEBUG", "False")
+"""Off unless asked for: `make run` turns it on for local development."""
+
+SECURE = envbool("DJANGO_SECURE", "False")
+"""The site is served over HTTPS only (production). Turns on the SSL redirect, secure cookies and
+HSTS below, and requires a real DJANGO_SECRET_KEY and named DJANGO_ALLOWED_HOSTS. Off by default
+because `make run` and the tests (Django's test client, live_server) speak plain http."""
+
+DEVELOPMENT_SECRET_KEY = "dev-only-insecure-key-change-me-in-production"
+
+
+def secret_key_from_env(name: str, *, debug: bool, secure: bool) -> str:
+    value = os.environ.get(name, "")
+    if not value:
+        if secure:
+            raise ImproperlyConfigured(f"{name} must be set when DJANGO_SECURE is on")
+        if debug:
+            return DEVELOPMENT_SECRET_KEY
+        # DEBUG off and no key: a random key for this process only. Nothing can be forged with a
+        # key printed in the source; sessions simply do not outlive the process.
+        return secrets.token_urlsafe(50)
+    # Django's own bar for a production key (check --deploy, security.W009).
+    if secure and (len(value) < 50 or len(set(value)) < 5 or value == DEVELOPMENT_SECRET_KEY):
+        raise ImproperlyConfigured(
+            f"{name} must be at least 50 random characters when DJANGO_SECURE is on"
+        )
+    return value
+
+
+def allowed_hosts_from_env(name: str, *, secure: bool) -> list[str]:
+    hosts = [h.strip() for h in os.environ.get(name, "localhost,127.0.0.1,[::1]").split(",")]
+    hosts = [h for h in hosts if h]
+    # Answering any Host header lets a forged one into absolute URLs (password-reset links).
+    if secure and (not hosts or "*" in hosts):
+        raise ImproperlyConfigured(f"{name} must name the site's hosts when DJANGO_SECURE is on")
+    return hosts
+
+
+def proxy_ssl_header_from_env(name: str) -> tuple[str, str] | None:
+    """HTTP_X_FORWARDED_PROTO (value https) or HTTP_X_FORWARDED_SSL,on: the header a
+    TLS-terminating proxy sets, and strips from what clients send."""
+    raw = os.environ.get(name, "")
+    if not raw:
+        return None
+    header, _, value = raw.partition(",")
+    header, value = header.strip().upper(), value.strip() or "https"
+    if not header.startswith("HTTP_") or not header.replace("_", "").isalnum():
+        raise ImproperlyConfigured(f"{name} must look like HTTP_X_FORWARDED_PROTO, not {raw!r}")
+    return (header, value)
+
+
+SECRET_KEY = secret_key_from_env("DJANGO_SECRET_KEY", debug=DEBUG, secure=SECURE)
+ALLOWED_HOSTS = allowed_hosts_from_env("DJANGO_ALLOWED_HOSTS", secure=SECURE)
+SECURE_PROXY_SSL_HEADER = proxy_ssl_header_from_env("DJANGO_SECURE_PROXY_SSL_HEADER")
+SECURE_SSL_REDIRECT = envbool("DJANGO_SECURE_SSL_REDIRECT", str(SECURE))
+SESSION_COOKIE_SECURE = envbool("DJANGO_SESSION_COOKIE_SECURE", str(SECURE))
+CSRF_COOKIE_SECURE = envbool("DJANGO_CSRF_COOKIE_SECURE", str(SECURE))
+SECURE_HSTS_SECONDS = envint("DJANGO_SECURE_HSTS_SECONDS", 31_536_000 if SECURE else 0, minimum=0)
+"""One year once the site is HTTPS-only; lower it (e.g. 3600) for a first deploy on a new host."""
+# Subdomains of this site's own host name; preload only allows submitting it to browsers' lists.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", str(SECURE))
+SECURE_HSTS_PRELOAD = envbool("DJANGO_SECURE_HSTS_PRELOAD", str(SECURE))
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
 CSRF_TRUSTED_ORIGINS = [
     o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o
 ]
