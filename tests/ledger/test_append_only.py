@@ -131,13 +131,14 @@ def test_the_database_refuses_a_raw_delete(entry):
 
 @on_mysql
 def test_the_database_still_accepts_an_insert(entry):
+    # A copy of the row as the next attempt, every column spelled from the model so a column
+    # added later is copied too.
+    copied = [
+        f.column for f in CostEntry._meta.concrete_fields if f.column not in ("id", "attempt")
+    ]
     raw(
-        "INSERT INTO ledger_costentry (id, job_id, attempt, feature, model, outcome, reason_code,"
-        " error_type, error_message, request_id, input_tokens, output_tokens,"
-        " cache_write_5m_tokens, cache_write_1h_tokens, cache_read_tokens, cost_usd,"
-        " is_estimated, created_at)"
-        " SELECT REPLACE(UUID(), '-', ''), job_id, attempt + 1, feature, model, outcome,"
-        " reason_code, error_type, error_message, request_id, 0, 0, 0, 0, 0, 0, 0, NOW(6)"
+        f"INSERT INTO ledger_costentry (id, attempt, {', '.join(copied)})"
+        f" SELECT REPLACE(UUID(), '-', ''), attempt + 1, {', '.join(copied)}"
         f" FROM ledger_costentry WHERE id = '{entry.id.hex}'"
     )
     assert CostEntry.objects.filter(job_id=entry.job_id).count() == 2
