@@ -1,3 +1,4 @@
+from datetime import datetime
 from uuid import UUID
 
 from django.contrib.auth.models import User
@@ -30,3 +31,13 @@ def job_list_for_user(
     if feature:
         jobs = jobs.filter(feature=feature)
     return jobs.order_by("-created_at", "-id")
+
+
+def job_oldest_overdue_retry(*, due_before: datetime) -> LlmJob | None:
+    """The retrying job whose next attempt fell due longest ago, if that was before
+    ``due_before``: its retry should have run by now (no scheduler, or workers far behind)."""
+    return (
+        LlmJob.objects.filter(status=LlmJob.Status.RETRYING, next_attempt_at__lt=due_before)
+        .order_by("next_attempt_at")
+        .first()
+    )

@@ -285,6 +285,9 @@ LLM_STALE_AFTER_SECONDS = envfloat("LLM_STALE_AFTER_SECONDS", 90.0, minimum=1.0)
 LLM_LOST_QUEUE_GRACE_SECONDS = envfloat("LLM_LOST_QUEUE_GRACE_SECONDS", 30.0, minimum=0.0)
 """A queued job missing from Redis for longer than this is enqueued again."""
 LLM_RECONCILE_INTERVAL = envfloat("LLM_RECONCILE_INTERVAL", 30.0, minimum=0.1)
+LLM_OVERDUE_RETRY_ALERT_SECONDS = envfloat("LLM_OVERDUE_RETRY_ALERT_SECONDS", 120.0, minimum=0.0)
+"""A WARNING when a retrying job's next attempt is this many seconds overdue: no scheduler runs,
+or the llm workers are far behind."""
 
 # --- Demo -------------------------------------------------------------------------------------
 
@@ -389,6 +392,10 @@ ALERT_QUEUE_CLEAR_RATIO = queue_clear_ratio_from_env("ALERT_QUEUE_CLEAR_RATIO")
 """The wait alert resolves only under this fraction of the threshold (or when nothing waits):
 in between nothing changes, so a queue hovering at its threshold does not flap."""
 ALERT_MONITOR_INTERVAL = envfloat("ALERT_MONITOR_INTERVAL", 15.0, minimum=0.1)
+LOOP_ERROR_BACKOFF_SECONDS = envfloat("LOOP_ERROR_BACKOFF_SECONDS", 1.0, minimum=0.01)
+"""After a failed pass a loop command waits this long, doubled on each further failure..."""
+LOOP_ERROR_BACKOFF_MAX_SECONDS = envfloat("LOOP_ERROR_BACKOFF_MAX_SECONDS", 30.0, minimum=0.01)
+"""...up to this, or the loop's interval if shorter; then it tries again with fresh connections."""
 ALERT_SOURCE = os.environ.get("ALERT_SOURCE", "llmops")
 """Names this deployment in alerts (PagerDuty payload.source), e.g. llmops-prod."""
 

@@ -1,26 +1,18 @@
-import time
-
-from django.conf import settings
-from django.core.management.base import BaseCommand
-
-from jobs.reconciler import reconcile_jobs
+from jobs.reconciler import ReconcileReport, reconcile_jobs
+from llmops.loops import LoopCommand
 
 
-class Command(BaseCommand):
-    help = "Re-enqueue jobs Redis lost and recover jobs whose worker died (once, or --loop)."
+class Command(LoopCommand):
+    help = (
+        "Re-enqueue jobs Redis lost and recover jobs whose worker died (once, or --loop, "
+        "surviving Redis and database errors)."
+    )
+    loop_name = "reconciler"
+    interval_setting = "LLM_RECONCILE_INTERVAL"
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
-        parser.add_argument("--loop", action="store_true", help="Keep running.")
-        parser.add_argument(
-            "--interval", type=float, default=None, help="Seconds between passes with --loop."
-        )
-
-    def handle(self, *args, loop: bool, interval: float | None, **options):  # type: ignore[no-untyped-def]
-        interval = interval or settings.LLM_RECONCILE_INTERVAL
-        while True:
-            report = reconcile_jobs()
-            if report.requeued_lost or report.recovered_stale or not loop:
-                self.stdout.write(f"reconcile: {report}")
-            if not loop:
-                return
-            time.sleep(interval)
+    def run_pass(self) -> str:
+        report = reconcile_jobs()
+        # Under --loop, only a pass that found something (any count, any flag) is worth a line.
+        if report != ReconcileReport() or not self.looping:
+            return f"reconcile: {report}"
+        return ""
