@@ -55,14 +55,19 @@ class RequeueEstimate:
 def failure_requeue_estimate(
     *, records: QuerySet[FailureRecord], model: str | None = None
 ) -> RequeueEstimate:
-    """How many open records a bulk requeue would move and the most one attempt of each costs."""
-    open_records = records.filter(state=FailureRecord.State.OPEN).select_related("job")
+    """How many open records a bulk requeue would move and the most one attempt of each costs.
+
+    One query for the four job fields the bound needs: never the records' snapshots or messages,
+    nor the jobs' outputs.
+    """
+    requests = records.filter(state=FailureRecord.State.OPEN).values_list(
+        "job__model", "job__messages", "job__system", "job__max_tokens"
+    )
     prices: dict[str, object] = {}
     total = Decimal(0)
     count = 0
-    for record in open_records.iterator(chunk_size=500):
-        job = record.job
-        run_model = model or job.model
+    for job_model, messages, system, max_tokens in requests.iterator(chunk_size=500):
+        run_model = model or job_model
         if run_model not in prices:
             prices[run_model] = price_for_model(model=run_model)
         price = prices[run_model]
@@ -70,8 +75,8 @@ def failure_requeue_estimate(
         if price is not None:
             total += upper_bound_cost(
                 price,  # type: ignore[arg-type]
-                messages=job.messages,
-                system=job.system,
-                max_tokens=job.max_tokens,
+                messages=messages,
+                system=system,
+                max_tokens=max_tokens,
             )
     return RequeueEstimate(count=count, cost_usd=total)

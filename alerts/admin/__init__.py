@@ -1,5 +1,6 @@
-"""Admin of the alerts app: the DLQ console (failures) and alert routing and history (alerts)."""
+"""Admin of the alerts app: the DLQ console (failures), its bulk requeues (bulk) and alert
+routing and history (alerts)."""
 
-from alerts.admin import alerts, failures
+from alerts.admin import alerts, bulk, failures
 
-__all__ = ["alerts", "failures"]
+__all__ = ["alerts", "bulk", "failures"]

@@ -1,6 +1,8 @@
 """The DLQ console: find, understand and requeue dead-lettered jobs from the Django admin.
 
-Every action calls a service in alerts/services.py, the same one the staff API uses.
+Every action calls a service in alerts/services.py, the same one the staff API uses. The list
+never loads the large columns it does not show (snapshots, messages, outputs); the detail page
+shows them.
 """
 
 import json
@@ -9,8 +11,9 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import JSONField, Model, QuerySet, TextField
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -19,11 +22,31 @@ from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
 from alerts.admin.filters import AgeFilter, AttemptsFilter, CommentForm, CostFilter, ModelChoiceForm
-from alerts.models import FailureRecord
+from alerts.models import BulkRequeue, FailureRecord
 from alerts.selectors import failure_requeue_estimate
-from alerts.services import failure_close, failure_requeue, failure_requeue_matching
+from alerts.services import bulk_requeue_start, failure_close, failure_requeue
+from jobs.models import LlmJob
 from ledger.selectors import cost_entries_for_job
 from llmops.errors import ApplicationError
+
+
+def large_columns(model: type[Model], prefix: str = "") -> list[str]:
+    """The text and JSON columns of a model: a request, an output, a snapshot can each be
+    megabytes, and a list of 100 rows never shows them."""
+    return [
+        f"{prefix}{field.name}"
+        for field in model._meta.concrete_fields
+        if isinstance(field, TextField | JSONField)
+    ]
+
+
+class FailureChangeList(ChangeList):
+    """The DLQ list, its actions and "requeue all matching" read the rows through this queryset:
+    without the records' snapshots and messages and without the jobs' requests and outputs."""
+
+    def get_queryset(self, request, exclude_parameters=None):  # type: ignore[no-untyped-def]
+        queryset = super().get_queryset(request, exclude_parameters)
+        return queryset.defer(*large_columns(FailureRecord), *large_columns(LlmJob, "job__"))
 
 
 @admin.register(FailureRecord)
@@ -84,6 +107,9 @@ class FailureRecordAdmin(admin.ModelAdmin):
     ]
     # The detail page is read-only: records change only through the actions.
     readonly_fields = [str(name) for _, section in fieldsets for name in section["fields"]]
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return FailureChangeList
 
     # --- columns -------------------------------------------------------------------------
 
@@ -329,7 +355,17 @@ class FailureRecordAdmin(admin.ModelAdmin):
 
     def changelist_view(self, request, extra_context=None):  # type: ignore[no-untyped-def]
         extra_context = extra_context or {}
-        extra_context["can_requeue_matching"] = self.has_requeue_matching_permission(request)
+        can_requeue_matching = self.has_requeue_matching_permission(request)
+        extra_context["can_requeue_matching"] = can_requeue_matching
+        if can_requeue_matching:
+            # Bulk requeues still going, each linked to its progress page.
+            extra_context["active_bulk_requeues"] = list(
+                BulkRequeue.objects.filter(
+                    state__in=[BulkRequeue.State.PENDING, BulkRequeue.State.RUNNING]
+                )
+                .only("id", "description", "state", "total", "processed", "created_at")
+                .order_by("-created_at")[:5]
+            )
         return super().changelist_view(request, extra_context=extra_context)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):  # type: ignore[no-untyped-def]
@@ -354,18 +390,29 @@ class FailureRecordAdmin(admin.ModelAdmin):
         # so "matching" means exactly what the operator saw.
         filters = request.GET.copy()
         records = self.get_changelist_instance(request).get_queryset(request)
-        estimate = failure_requeue_estimate(records=records)
         back = reverse("admin:alerts_failurerecord_changelist") + (
             f"?{filters.urlencode()}" if filters else ""
         )
         if request.method == "POST" and request.POST.get("confirm") == "yes":
-            moved = failure_requeue_matching(records=records, by=request.user)  # type: ignore[arg-type]
+            # Only the ids are read here; a worker on the default queue does the requeuing.
+            bulk = bulk_requeue_start(
+                records=records,
+                by=request.user,  # type: ignore[arg-type]
+                description=(f"Filter: {filters.urlencode()}" if filters else "Every open failure"),
+            )
+            progress = reverse("admin:alerts_bulkrequeue_change", args=[bulk.id])
             self.message_user(
                 request,
-                f"Requeued {moved} job(s) matching the filter (of {estimate.count} open).",
+                format_html(
+                    "Requeuing {} job(s) matching the filter in the background: "
+                    '<a href="{}" class="bulk-requeue-link">follow its progress</a>.',
+                    bulk.total,
+                    progress,
+                ),
                 messages.SUCCESS,
             )
-            return HttpResponseRedirect(back)
+            return HttpResponseRedirect(progress)
+        estimate = failure_requeue_estimate(records=records)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,

@@ -6,9 +6,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from alerts.models import FailureRecord
+from alerts.models import BulkRequeue, FailureRecord
 from jobs.models import LlmJob
-from tests.conftest import make_user, submit
+from llmops.queues import DEFAULT_QUEUE
+from tests.conftest import Workers, make_user, submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
@@ -55,6 +56,17 @@ def test_the_list_makes_no_n_plus_one_queries(alice_client, workers, fake_provid
     with CaptureQueriesContext(connection) as many:
         assert client.get(CHANGELIST).status_code == 200
     assert len(many.captured_queries) == len(few.captured_queries)
+
+
+def test_the_list_never_loads_snapshots_messages_or_outputs(alice_client, workers, fake_provider):
+    dead_jobs(alice_client, workers, fake_provider, "401", count=2)
+    with CaptureQueriesContext(connection) as queries:
+        assert staff("olga").get(CHANGELIST).status_code == 200
+    selects = [q["sql"] for q in queries.captured_queries if "alerts_failurerecord" in q["sql"]]
+    assert selects
+    for sql in selects:
+        for column in ["request_snapshot", "`message`", "`messages`", "output_text"]:
+            assert column not in sql, sql
 
 
 @pytest.mark.parametrize(
@@ -154,10 +166,24 @@ def test_requeue_all_matching_requeues_exactly_the_filtered_set(
     html = confirm.content.decode()
     assert '<strong id="matching-count">3</strong>' in html
     assert 'id="matching-estimate">$0.0' in html
-    done = operator.post(f"{MATCHING}?job__feature=alpha", {"confirm": "yes"}, follow=True)
-    assert b"Requeued 3 job(s)" in done.content
+    done = operator.post(f"{MATCHING}?job__feature=alpha", {"confirm": "yes"})
+    bulk = BulkRequeue.objects.get()
+    assert done.status_code == 302
+    assert done["Location"] == f"/admin/alerts/bulkrequeue/{bulk.pk}/change/"
+    # The request only recorded the selection: nothing is requeued until the default worker runs.
+    assert (bulk.state, bulk.total, bulk.processed) == ("pending", 3, 0)
+    assert not LlmJob.objects.filter(status="queued").exists()
+    progress = operator.get(done["Location"]).content.decode()
+    assert "Requeuing 3 job(s)" in progress and 'http-equiv="refresh"' in progress
+    assert "follow its progress" in operator.get(CHANGELIST).content.decode()
+
+    Workers(queue_name=DEFAULT_QUEUE).work_once()
     assert {j.id for j in LlmJob.objects.filter(status="queued")} == {j.id for j in overloaded}
     assert all(LlmJob.objects.get(id=j.id).status == "failed" for j in others)
+    progress = operator.get(done["Location"]).content.decode()
+    assert 'data-state="finished"' in progress and 'http-equiv="refresh"' not in progress
+    assert 'value="3" max="3"' in progress
+    assert "follow its progress" not in operator.get(CHANGELIST).content.decode()
     workers.drain()
     assert LlmJob.objects.filter(status="completed").count() == 3
 
@@ -226,6 +252,7 @@ def test_requeue_matching_is_refused_without_its_permission(dead_job):
     client.post(MATCHING, {"confirm": "yes"})
     dead_job.refresh_from_db()
     assert dead_job.status == "failed"
+    assert not BulkRequeue.objects.exists()
 
 
 def test_other_admin_pages_open(dead_job):

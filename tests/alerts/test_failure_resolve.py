@@ -12,7 +12,12 @@ from rest_framework.test import APIClient
 
 from alerts.models import Alert, AlertFingerprint, FailureRecord
 from alerts.notifications import alert_resolve_failure_if_handled
-from alerts.services import failure_close, failure_requeue, failure_requeue_matching
+from alerts.services import (
+    bulk_requeue_run,
+    bulk_requeue_start,
+    failure_close,
+    failure_requeue,
+)
 from jobs.models import LlmJob
 from tests.alerts.conftest import ROUTING_KEY, SLACK_PATH, WEBHOOK_PATH, dead_letter
 from tests.conftest import submit
@@ -61,10 +66,12 @@ def test_working_the_dlq_of_a_401_storm_resolves_its_page_once_and_a_new_failure
     route("CRITICAL", "webhook", webhook.url(WEBHOOK_PATH))
 
     records = list(FailureRecord.objects.order_by("id"))
-    requeued = failure_requeue_matching(
+    bulk = bulk_requeue_start(
         records=FailureRecord.objects.filter(id__in=[r.id for r in records[:3]])
     )
-    assert requeued == 3
+    bulk_requeue_run(bulk_id=bulk.id)
+    bulk.refresh_from_db()
+    assert bulk.moved == 3
     response = staff_client("olga").post(
         f"/api/v1/failures/{records[3].id}/resolve/",
         {"state": "resolved", "comment": "key rotated"},

@@ -10,7 +10,8 @@ import pytest
 
 from alerts.models import FailureRecord
 from jobs.models import LlmJob
-from tests.conftest import make_user, submit
+from llmops.queues import DEFAULT_QUEUE
+from tests.conftest import Workers, make_user, submit
 
 # Playwright's sync API runs an event loop in this thread; the ORM calls made by the test itself
 # stay synchronous and sequential, which is what this flag allows.
@@ -133,7 +134,7 @@ def test_a_staff_member_finds_understands_and_requeues_a_failed_job(
     assert LlmJob.objects.filter(status="completed").count() == 2
 
 
-def test_requeue_all_matching_shows_count_and_estimate_before_acting(
+def test_requeue_all_matching_confirms_then_shows_its_progress_until_finished(
     page, live_server, failures, workers
 ):
     make_operator()
@@ -145,8 +146,19 @@ def test_requeue_all_matching_shows_count_and_estimate_before_acting(
     assert page.locator("#matching-estimate").inner_text().startswith("$0.0")
     page.screenshot(path=SCREENSHOTS / "dlq-requeue-matching.png", full_page=True)
     page.click("#confirm-requeue")
-    page.wait_for_selector("ul.messagelist")
-    assert "Requeued 2 job(s)" in page.locator("ul.messagelist").inner_text()
+
+    # The request only recorded the selection; its progress page reloads itself every 2 s.
+    page.wait_for_selector("#bulk-state")
+    assert "Requeuing 2 job(s)" in page.locator("ul.messagelist").inner_text()
+    assert page.locator("#bulk-state").get_attribute("data-state") == "pending"
+    assert LlmJob.objects.filter(status="queued").count() == 0
+    page.screenshot(path=SCREENSHOTS / "dlq-bulk-requeue-pending.png", full_page=True)
+
+    Workers(queue_name=DEFAULT_QUEUE).work_once()
+    page.wait_for_selector("#bulk-state[data-state=finished]", timeout=10_000)
+    assert "100%" in page.locator(".field-progress").inner_text()
+    assert page.locator(".field-moved .readonly").inner_text() == "2"
+    page.screenshot(path=SCREENSHOTS / "dlq-bulk-requeue-finished.png", full_page=True)
     revoked = FailureRecord.objects.get(job=failures["revoked"])
     assert revoked.state == "open"
     assert LlmJob.objects.filter(status="queued").count() == 2
