@@ -101,7 +101,8 @@ class LoopCommand(BaseCommand):
                 signal.signal(signum, handler)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        logger.info("%s: %s received, stopping after this pass", self.loop_name, signum)
+        name = signal.Signals(signum).name
+        logger.info("%s: %s received, stopping after this pass", self.loop_name, name)
         self._stop.set()
 
     def _loop(self, interval: float) -> None:
