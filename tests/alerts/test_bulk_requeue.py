@@ -38,8 +38,9 @@ def staff(username: str, *perms: str) -> Client:
 
 
 def dead_jobs(client, workers, fake_provider, count: int, **overrides) -> list[LlmJob]:
-    """Jobs dead-lettered the real way: submitted over the API, refused 403 by the provider."""
-    fake_provider.faults({"403": 1.0})
+    """Jobs dead-lettered the real way: submitted over the API, each refused with a 400 (a fault
+    of the request, not of the account, so the provider breaker stays closed)."""
+    fake_provider.faults({"400": 1.0})
     jobs = [submit(client, **overrides) for _ in range(count)]
     workers.drain()
     fake_provider.reset()

@@ -11,7 +11,10 @@ from jobs.models import LlmJob
 from llmops.queues import DEFAULT_QUEUE
 from tests.conftest import Workers, make_user, submit
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("prices", "no_breaker"),
+]
 
 CHANGELIST = "/admin/alerts/failurerecord/"
 MATCHING = "/admin/alerts/failurerecord/requeue-matching/"
@@ -49,17 +52,17 @@ def test_the_list_shows_what_an_operator_needs(dead_job):
 
 def test_the_list_makes_no_n_plus_one_queries(alice_client, workers, fake_provider):
     client = staff("olga")
-    dead_jobs(alice_client, workers, fake_provider, "401", count=2)
+    dead_jobs(alice_client, workers, fake_provider, "400", count=2)
     with CaptureQueriesContext(connection) as few:
         assert client.get(CHANGELIST).status_code == 200
-    dead_jobs(alice_client, workers, fake_provider, "401", count=6)
+    dead_jobs(alice_client, workers, fake_provider, "400", count=6)
     with CaptureQueriesContext(connection) as many:
         assert client.get(CHANGELIST).status_code == 200
     assert len(many.captured_queries) == len(few.captured_queries)
 
 
 def test_the_list_never_loads_snapshots_messages_or_outputs(alice_client, workers, fake_provider):
-    dead_jobs(alice_client, workers, fake_provider, "401", count=2)
+    dead_jobs(alice_client, workers, fake_provider, "400", count=2)
     with CaptureQueriesContext(connection) as queries:
         assert staff("olga").get(CHANGELIST).status_code == 200
     selects = [q["sql"] for q in queries.captured_queries if "alerts_failurerecord" in q["sql"]]
@@ -157,8 +160,8 @@ def test_requeue_with_another_model(dead_job, workers):
 def test_requeue_all_matching_requeues_exactly_the_filtered_set(
     alice_client, workers, fake_provider
 ):
-    overloaded = dead_jobs(alice_client, workers, fake_provider, "403", count=3, feature="alpha")
-    others = dead_jobs(alice_client, workers, fake_provider, "403", count=2, feature="beta")
+    matching = dead_jobs(alice_client, workers, fake_provider, "400", count=3, feature="alpha")
+    others = dead_jobs(alice_client, workers, fake_provider, "400", count=2, feature="beta")
     operator = staff("olga", "requeue_matching_failurerecord")
     assert b"requeue-matching" in operator.get(f"{CHANGELIST}?job__feature=alpha").content
     confirm = operator.get(f"{MATCHING}?job__feature=alpha")
@@ -178,7 +181,7 @@ def test_requeue_all_matching_requeues_exactly_the_filtered_set(
     assert "follow its progress" in operator.get(CHANGELIST).content.decode()
 
     Workers(queue_name=DEFAULT_QUEUE).work_once()
-    assert {j.id for j in LlmJob.objects.filter(status="queued")} == {j.id for j in overloaded}
+    assert {j.id for j in LlmJob.objects.filter(status="queued")} == {j.id for j in matching}
     assert all(LlmJob.objects.get(id=j.id).status == "failed" for j in others)
     progress = operator.get(done["Location"]).content.decode()
     assert 'data-state="finished"' in progress and 'http-equiv="refresh"' not in progress

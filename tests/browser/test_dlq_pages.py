@@ -18,7 +18,10 @@ from tests.conftest import Workers, make_user, submit
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 playwright_api = pytest.importorskip("playwright.sync_api")
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("prices", "no_breaker"),
+]
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(os.environ.get("SCREENSHOT_DIR", "/tmp/llmops-screenshots"))
@@ -92,11 +95,13 @@ def failures(alice_client, workers, fake_provider):
     fake_provider.faults({"529": 1.0})
     overloaded = [submit(alice_client, feature="alpha") for _ in range(2)]
     workers.drain()
-    fake_provider.faults({"401": 1.0})
-    revoked = submit(alice_client, feature="beta")
+    # A fault of the request, not of the account: an account-wide one (401, 403) would open the
+    # provider breaker and hold the requeued jobs.
+    fake_provider.faults({"400": 1.0})
+    rejected = submit(alice_client, feature="beta")
     workers.drain()
     fake_provider.reset()
-    return {"overloaded": overloaded, "revoked": revoked}
+    return {"overloaded": overloaded, "rejected": rejected}
 
 
 def test_a_staff_member_finds_understands_and_requeues_a_failed_job(
@@ -159,22 +164,22 @@ def test_requeue_all_matching_confirms_then_shows_its_progress_until_finished(
     assert "100%" in page.locator(".field-progress").inner_text()
     assert page.locator(".field-moved .readonly").inner_text() == "2"
     page.screenshot(path=SCREENSHOTS / "dlq-bulk-requeue-finished.png", full_page=True)
-    revoked = FailureRecord.objects.get(job=failures["revoked"])
-    assert revoked.state == "open"
+    rejected = FailureRecord.objects.get(job=failures["rejected"])
+    assert rejected.state == "open"
     assert LlmJob.objects.filter(status="queued").count() == 2
 
 
 def test_resolve_with_a_comment_from_the_intermediate_page(page, live_server, failures):
     make_operator()
     log_in(page, live_server, "olga")
-    page.goto(f"{live_server.url}/admin/alerts/failurerecord/?severity__exact=CRITICAL")
+    page.goto(f"{live_server.url}/admin/alerts/failurerecord/?reason_code__exact=invalid_request")
     page.locator("#result_list tbody tr input.action-select").first.check()
     page.select_option("select[name=action]", "resolve")
     page.click("button[name=index]")
     page.wait_for_selector("textarea[name=comment]")
     page.screenshot(path=SCREENSHOTS / "dlq-resolve-form.png", full_page=True)
-    page.fill("textarea[name=comment]", "Key rotated; jobs re-submitted by the team")
+    page.fill("textarea[name=comment]", "Prompt fixed; jobs re-submitted by the team")
     page.click("input[type=submit][value=Resolve]")
     page.wait_for_selector("ul.messagelist")
-    record = FailureRecord.objects.get(job=failures["revoked"])
-    assert record.state == "resolved" and record.comment.startswith("Key rotated")
+    record = FailureRecord.objects.get(job=failures["rejected"])
+    assert record.state == "resolved" and record.comment.startswith("Prompt fixed")
