@@ -1,6 +1,12 @@
-from django.contrib import admin
+from typing import Any
 
-from jobs.models import LlmJob
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from jobs.breaker import breaker_close
+from jobs.models import LlmJob, ProviderBreaker
+from llmops.admin import ReadOnlyAdmin
 
 
 @admin.register(LlmJob)
@@ -21,6 +27,15 @@ class LlmJobAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     readonly_fields = [f.name for f in LlmJob._meta.fields]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[LlmJob]:
+        queryset = super().get_queryset(request)
+        if request.resolver_match and (request.resolver_match.url_name or "").endswith(
+            "_changelist"
+        ):
+            # The list shows none of the request or the answer: leave the large columns unread.
+            queryset = queryset.defer(*LlmJob.REQUEST_FIELDS, "output_text", "error_message")
+        return queryset
+
     def has_add_permission(self, request):  # type: ignore[no-untyped-def]
         # Jobs are submitted through the API so that validation and enqueueing always happen.
         return False
@@ -28,3 +43,42 @@ class LlmJobAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
         # The ledger references jobs; money history is never deleted.
         return False
+
+
+@admin.register(ProviderBreaker)
+class ProviderBreakerAdmin(ReadOnlyAdmin):
+    """Staff see whether dispatch is stopped and why, and close the breaker once the account is
+    fixed (a new key, credits bought): the jobs it held are enqueued at once."""
+
+    list_display = [
+        "provider",
+        "state",
+        "reason_code",
+        "opened_at",
+        "opened_by_job",
+        "next_probe_at",
+        "probes",
+        "closed_at",
+        "closed_by",
+    ]
+    actions = ["close_breaker"]
+
+    @admin.action(description="Close the breaker (resume dispatch)", permissions=["close"])
+    def close_breaker(self, request: HttpRequest, queryset: QuerySet[ProviderBreaker]) -> None:
+        closed = 0
+        for breaker in queryset:
+            closed += breaker_close(
+                provider=breaker.provider,
+                by=request.user,  # type: ignore[arg-type]
+                reason="closed from the admin",
+            )
+        self.message_user(
+            request,
+            f"Closed {closed} breaker(s); held jobs are being enqueued."
+            if closed
+            else "Nothing to close: the selected breakers were not open.",
+            messages.SUCCESS if closed else messages.WARNING,
+        )
+
+    def has_close_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("jobs.close_providerbreaker")

@@ -18,6 +18,8 @@ class LlmJob(models.Model):
 
     FINAL_STATUSES = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
     WAITING_STATUSES = (Status.QUEUED, Status.RETRYING)
+    REQUEST_FIELDS = ("messages", "system", "metadata")
+    """The large columns of the request, which lists that do not show them leave unread."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
@@ -33,6 +35,15 @@ class LlmJob(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
 
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    idempotency_key_hash = models.CharField(
+        max_length=64,
+        null=True,
+        blank=True,
+        help_text=(
+            "SHA-256 of the key: keys compare byte for byte whatever the column collation "
+            "(MariaDB's default folds case and trailing spaces)."
+        ),
+    )
     request_fingerprint = models.CharField(max_length=64)
 
     attempts = models.PositiveIntegerField(default=0, help_text="Provider attempts, all time.")
@@ -44,7 +55,7 @@ class LlmJob(models.Model):
     )
     rq_job_id = models.CharField(max_length=64, blank=True)
 
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
     enqueued_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
@@ -67,12 +78,20 @@ class LlmJob(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [
+            # The API's and the admin's filters, each with the creation-time order they list in.
             models.Index(fields=["user", "-created_at"], name="job_user_created"),
+            models.Index(fields=["user", "status", "-created_at"], name="job_user_status_created"),
+            models.Index(fields=["status", "-created_at"], name="job_status_created"),
+            models.Index(fields=["feature", "-created_at"], name="job_feature_created"),
+            models.Index(fields=["model", "-created_at"], name="job_model_created"),
+            # The reconciler's and the monitor's sweeps.
             models.Index(fields=["status", "next_attempt_at"], name="job_status_next"),
+            models.Index(fields=["status", "enqueued_at"], name="job_status_enqueued"),
+            models.Index(fields=["status", "heartbeat_at"], name="job_status_heartbeat"),
         ]
         constraints = [
             models.UniqueConstraint(
-                fields=["user", "idempotency_key"], name="unique_idempotency_key_per_user"
+                fields=["user", "idempotency_key_hash"], name="unique_idempotency_key_hash_per_user"
             )
         ]
         verbose_name = "LLM job"
@@ -98,3 +117,44 @@ class LlmJob(models.Model):
         if self.temperature is not None:
             body["temperature"] = self.temperature
         return body
+
+
+class ProviderBreaker(models.Model):
+    """The circuit breaker of one provider account.
+
+    An account-wide failure (401, 403, the spend cap, "credit balance is too low") opens it: no
+    worker starts a call for that provider while it is open, waiting jobs stay queued, and one
+    CRITICAL alert goes out. Staff close it from the admin, or it closes when a probe call (one
+    job let through every ``LLM_BREAKER_PROBE_SECONDS``) succeeds.
+    """
+
+    class State(models.TextChoices):
+        CLOSED = "closed", "Closed"
+        OPEN = "open", "Open"
+
+    provider = models.CharField(max_length=40, unique=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.CLOSED)
+    reason_code = models.CharField(max_length=40, blank=True)
+    message = models.TextField(blank=True)
+    opened_at = models.DateTimeField(null=True, blank=True)
+    opened_by_job = models.ForeignKey(
+        LlmJob, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    next_probe_at = models.DateTimeField(null=True, blank=True)
+    probes = models.PositiveIntegerField(default=0, help_text="Probe calls since it opened.")
+    closed_at = models.DateTimeField(null=True, blank=True)
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    close_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["provider"]
+        permissions = [("close_providerbreaker", "Can close a provider circuit breaker")]
+
+    def __str__(self) -> str:
+        return f"{self.provider}: {self.state}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state == self.State.OPEN

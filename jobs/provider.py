@@ -137,13 +137,18 @@ def call_messages(
 ) -> ProviderOutcome:
     client = get_client(
         settings.ANTHROPIC_BASE_URL,
-        read_timeout or settings.LLM_PROVIDER_READ_TIMEOUT,
+        settings.LLM_PROVIDER_READ_TIMEOUT,
         settings.LLM_PROVIDER_CONNECT_TIMEOUT,
+    )
+    # Each call's read timeout is scaled from its max_tokens (jobs/timeouts.py); one client.
+    timeout = anthropic.Timeout(
+        read_timeout or settings.LLM_PROVIDER_READ_TIMEOUT,
+        connect=settings.LLM_PROVIDER_CONNECT_TIMEOUT,
     )
     started = time.monotonic()
     try:
         raw = client.messages.with_raw_response.create(
-            **body, extra_headers={"Idempotency-Key": job_id}
+            **body, extra_headers={"Idempotency-Key": job_id}, timeout=timeout
         )
         message = raw.parse()
     except anthropic.APIStatusError as exc:

@@ -1,7 +1,16 @@
 """The reconciler: the database is the source of truth, Redis is transport.
 
-It finds jobs whose RQ job vanished (Redis flushed, restarted, failed over) or whose worker died
-mid-call (``kill -9``: the heartbeat stops and the lock expires) and puts them back on track.
+Each pass, in bounded batches:
+- a ``running`` job whose heartbeat is stale and whose lock is gone lost its worker (``kill -9``,
+  a crash, a worker cut off from Redis and the database): ``job_recover``;
+- a waiting job whose RQ job vanished (Redis flushed, restarted, failed over; or never pushed
+  because Redis was down at submit) is enqueued again;
+- a ``retrying`` job whose retry is overdue by more than ``LLM_OVERDUE_RETRY_SECONDS`` is enqueued
+  again even though its scheduled RQ job still exists: the worker holding rq's scheduler lock may
+  be dead, and rq hands the scheduler over only at its ten-minute maintenance pass. The stale
+  scheduled copy, if it ever runs, no longer matches the row and exits.
+While the provider's circuit breaker is open, waiting jobs are left alone except one per probe
+period, which goes out as the probe call.
 """
 
 import logging
@@ -10,82 +19,123 @@ from datetime import timedelta
 
 import django_rq
 from django.conf import settings
-from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
-from redis import Redis
-from rq import Queue
 
+from jobs.breaker import breaker_probe_due
 from jobs.models import LlmJob
-from jobs.retry_policy import classify
-from jobs.runner import AttemptFailure, job_lock_key, record_failed_attempt
-from jobs.services import job_enqueue
-from ledger.models import CostEntry
+from jobs.services import job_enqueue_again, job_recover
+from llmops.queues import LLM_QUEUE, job_lock_key
 from llmops.rq_jobs import rq_job_is_alive, rq_jobs_fetch
 
-__all__ = ["ReconcileReport", "reconcile_jobs"]
+__all__ = ["ReconcileReport", "reconcile_jobs", "requeue_waiting_jobs"]
 
 logger = logging.getLogger(__name__)
+
+BATCH = 500
+"""Rows looked at per query; a pass works through the backlog batch by batch."""
+MAX_BATCHES_PER_PASS = 20
+"""A pass stops after this many batches (10,000 jobs) so that it always ends; the next goes on."""
 
 
 @dataclass
 class ReconcileReport:
     requeued_lost: int = 0
     recovered_stale: int = 0
+    requeued_overdue: int = 0
+    held_by_breaker: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.requeued_lost or self.recovered_stale or self.requeued_overdue)
 
     def __str__(self) -> str:
-        return f"re-enqueued {self.requeued_lost} lost, recovered {self.recovered_stale} stale"
+        text = (
+            f"re-enqueued {self.requeued_lost} lost, recovered {self.recovered_stale} stale, "
+            f"re-enqueued {self.requeued_overdue} overdue retries"
+        )
+        return text + (" (circuit breaker open)" if self.held_by_breaker else "")
 
 
-def _requeue_lost(report: ReconcileReport, queue: Queue) -> None:
-    cutoff = timezone.now() - timedelta(seconds=settings.LLM_LOST_QUEUE_GRACE_SECONDS)
-    waiting = list(
-        (
-            LlmJob.objects.filter(status=LlmJob.Status.QUEUED, enqueued_at__lt=cutoff)
-            | LlmJob.objects.filter(status=LlmJob.Status.RETRYING, next_attempt_at__lt=cutoff)
-        ).only("id", "rq_job_id")
-    )
-    rq_jobs = rq_jobs_fetch(queue=queue, job_ids=[job.rq_job_id for job in waiting])
-    for job, rq_job in zip(waiting, rq_jobs, strict=True):
-        if rq_job_is_alive(rq_job):
-            continue
-        with transaction.atomic():
-            fresh = LlmJob.objects.select_for_update().get(id=job.id)
-            if fresh.status not in LlmJob.WAITING_STATUSES or fresh.rq_job_id != job.rq_job_id:
-                continue
-            job_enqueue(job=fresh)
-        report.requeued_lost += 1
-        logger.warning("job %s was missing from Redis; enqueued again", job.id)
-
-
-def _recover_stale(report: ReconcileReport, connection: Redis) -> None:
+def _recover_stale(report: ReconcileReport) -> None:
+    connection = django_rq.get_connection(LLM_QUEUE)
     cutoff = timezone.now() - timedelta(seconds=settings.LLM_STALE_AFTER_SECONDS)
     stale = LlmJob.objects.filter(status=LlmJob.Status.RUNNING, heartbeat_at__lt=cutoff)
-    for job in stale.only("id"):
-        if connection.exists(job_lock_key(job.id)):
-            continue  # a worker still holds it; its heartbeat is merely late
-        with transaction.atomic():
-            fresh = LlmJob.objects.select_for_update().get(id=job.id)
-            if fresh.status != LlmJob.Status.RUNNING or (
-                fresh.heartbeat_at is not None and fresh.heartbeat_at >= cutoff
-            ):
-                continue
-            record_failed_attempt(
-                fresh,
-                AttemptFailure(
-                    kind="worker_lost",
-                    classification=classify(kind="worker_lost"),
-                    # The worker died during the call: the provider may have billed it.
-                    ledger_outcome=CostEntry.Outcome.UNKNOWN,
-                    message="The worker stopped (killed or crashed) during the attempt.",
-                ),
+    after = None
+    for _ in range(MAX_BATCHES_PER_PASS):
+        page = stale.filter(id__gt=after) if after else stale
+        ids = list(page.order_by("id").values_list("id", flat=True)[:BATCH])
+        if not ids:
+            return
+        after = ids[-1]
+        with connection.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.exists(job_lock_key(job_id))
+            locked = pipe.execute()
+        for job_id, has_lock in zip(ids, locked, strict=True):
+            if has_lock:
+                continue  # a worker still holds it; its heartbeat is merely late
+            if job_recover(job_id=job_id, stale_before=cutoff) is not None:
+                report.recovered_stale += 1
+                logger.warning("job %s lost its worker mid-attempt; recovered", job_id)
+
+
+def requeue_waiting_jobs(
+    *, grace_seconds: float | None = None, report: ReconcileReport | None = None
+) -> ReconcileReport:
+    """Enqueue again the waiting jobs whose RQ job will never run them, and overdue retries."""
+    report = report or ReconcileReport()
+    queue = django_rq.get_queue(LLM_QUEUE)
+    now = timezone.now()
+    grace = settings.LLM_LOST_QUEUE_GRACE_SECONDS if grace_seconds is None else grace_seconds
+    cutoff = now - timedelta(seconds=grace)
+    overdue_cutoff = now - timedelta(seconds=settings.LLM_OVERDUE_RETRY_SECONDS)
+    probe_due = breaker_probe_due()
+    limit = None
+    if probe_due is not None:
+        report.held_by_breaker = True
+        if not probe_due:
+            return report
+        limit = 1  # the breaker is open: one job goes out as its probe call
+    waiting = LlmJob.objects.filter(
+        Q(status=LlmJob.Status.QUEUED, enqueued_at__lt=cutoff)
+        | Q(status=LlmJob.Status.RETRYING, next_attempt_at__lt=cutoff)
+    )
+    after = None
+    for _ in range(MAX_BATCHES_PER_PASS):
+        page = waiting.filter(id__gt=after) if after else waiting
+        rows = list(
+            page.order_by("id").values_list("id", "rq_job_id", "status", "next_attempt_at")[:BATCH]
+        )
+        if not rows:
+            break
+        after = rows[-1][0]
+        rq_jobs = rq_jobs_fetch(queue=queue, job_ids=[row[1] for row in rows])
+        for (job_id, rq_job_id, status, next_attempt_at), rq_job in zip(rows, rq_jobs, strict=True):
+            overdue = (
+                status == LlmJob.Status.RETRYING
+                and next_attempt_at is not None
+                and next_attempt_at < overdue_cutoff
             )
-        report.recovered_stale += 1
-        logger.warning("job %s lost its worker mid-attempt; recovered", job.id)
+            if rq_job_is_alive(rq_job) and not overdue:
+                continue
+            if not job_enqueue_again(job_id=job_id, lost_rq_job_id=rq_job_id):
+                continue
+            if rq_job_is_alive(rq_job):
+                report.requeued_overdue += 1
+                logger.warning("job %s: retry overdue (scheduler gone?); enqueued now", job_id)
+            else:
+                report.requeued_lost += 1
+                logger.warning("job %s was missing from Redis; enqueued again", job_id)
+            if limit is not None:
+                limit -= 1
+                if limit == 0:
+                    return report
+    return report
 
 
 def reconcile_jobs() -> ReconcileReport:
-    queue = django_rq.get_queue("llm")
     report = ReconcileReport()
-    _recover_stale(report, queue.connection)
-    _requeue_lost(report, queue)
+    _recover_stale(report)
+    requeue_waiting_jobs(report=report)
     return report

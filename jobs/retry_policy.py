@@ -29,10 +29,13 @@ DEFAULT_SCHEDULES: dict[str, tuple[float, ...]] = {
     "overloaded": (15, 60, 180),
     "server_error": (3, 10, 30),
     "connection_error": (3, 10, 30),
-    "read_timeout": (3, 10, 30),
+    # The call may have been done and billed; a second unknown outcome is not worth a third.
+    "read_timeout": (3,),
     "connection_dropped": (3, 10, 30),
     "conflict": (3, 10, 30),
     "worker_lost": (3, 10, 30),
+    # Our own code or an unreadable answer: worth a retry or two, not a storm.
+    "unexpected_error": (3, 10),
 }
 """Delays in seconds before retry n of each transient class; the class dead-letters after."""
 
@@ -65,6 +68,7 @@ _CONTEXT_TOO_LONG = re.compile(
     r"prompt is too long|context (window|length|limit)|too many (input )?tokens", re.I
 )
 _USAGE_LIMIT = re.compile(r"reached your specified API usage limits", re.I)
+_CREDIT_BALANCE = re.compile(r"credit balance is too low", re.I)
 
 
 def classify(
@@ -84,6 +88,8 @@ def classify(
         return _transient("connection_dropped")
     if kind == "worker_lost":
         return _transient("worker_lost")
+    if kind == "unexpected_error":
+        return _transient("unexpected_error")
     if kind == "budget_exceeded":
         return _fatal("budget_exceeded", Severity.WARNING)
 
@@ -106,6 +112,9 @@ def classify(
         return _fatal("permission_denied", Severity.CRITICAL)
     if status == 413 or error_type == "request_too_large":
         return _fatal("request_too_large", Severity.WARNING)
+    if status == 400 and _CREDIT_BALANCE.search(message):
+        # Account-wide: no job of the account can run until someone buys credits.
+        return _fatal("credit_balance", Severity.CRITICAL)
     if status == 400 and _USAGE_LIMIT.search(message):
         return _fatal("usage_limit", Severity.WARNING)
     if status == 400 and _CONTEXT_TOO_LONG.search(message):

@@ -1,53 +1,66 @@
-"""Running one job: lock, claim, call the provider, price the attempt, retry or dead-letter."""
+"""Running one attempt: the per-job lock, the heartbeat and the provider call. Nothing else.
+
+Every state change is a transition in ``jobs/services.py``; this module only decides which one
+the call's outcome asks for.
+"""
 
 import logging
 import math
 import threading
-from dataclasses import dataclass
-from datetime import timedelta
-from decimal import Decimal
-from typing import Any
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
 from uuid import UUID
 
 import django_rq
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
-from django.db.models import F
-from django.db.models.functions import Coalesce
+from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
-from redis.exceptions import LockError
+from redis.exceptions import LockError, RedisError
 
-from alerts.services import failure_record_create
 from jobs import provider
+from jobs.breaker import breaker_close, breaker_gate
 from jobs.models import LlmJob
-from jobs.retry_policy import Classification, classify, decide
-from jobs.services import job_enqueue
+from jobs.retry_policy import classify
+from jobs.services import (
+    AttemptFailure,
+    SuccessResult,
+    job_attempt_failed,
+    job_claim,
+    job_complete,
+)
+from jobs.timeouts import read_timeout_for
 from ledger.models import CostEntry
-from ledger.pricing import attempt_cost, upper_bound_cost
-from ledger.selectors import price_for_model
+from ledger.services import AttemptRecord
+from llmops.queues import LLM_QUEUE, job_lock_key
 
-__all__ = ["AttemptFailure", "job_lock_key", "job_run", "record_failed_attempt"]
+__all__ = ["failure_from_outcome", "job_run"]
 
 logger = logging.getLogger(__name__)
 
-
-def job_lock_key(job_id: object) -> str:
-    return f"llmops:job-lock:{job_id}"
+T = TypeVar("T")
 
 
 def _lock_ttl() -> int:
     # Long enough to survive a missed heartbeat or two, short enough that a killed worker's
-    # lock is gone well before the reconciler looks.
+    # lock is gone well before the reconciler looks (LLM_STALE_AFTER_SECONDS).
     return max(2, math.ceil(settings.LLM_HEARTBEAT_SECONDS * 4))
 
 
 class _Heartbeat:
-    """Keeps the job's lock alive and its heartbeat_at fresh while the provider call runs."""
+    """Keeps the job's lock alive and its ``heartbeat_at`` fresh for the whole call.
+
+    It runs on its own thread, so the lock must not keep its token in a thread-local (redis-py's
+    default: ``reacquire()`` from another thread then fails with AttributeError). Any error in a
+    beat (Redis or the database briefly gone, anything else) is logged and the next beat runs.
+    """
 
     def __init__(self, job_id: UUID, lock: Any) -> None:
         self.job_id, self.lock = job_id, lock
         self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._beat, daemon=True, name=f"heartbeat-{job_id}")
+        self.beats = 0
+        self.thread = threading.Thread(target=self._run, daemon=True, name=f"heartbeat-{job_id}")
 
     def __enter__(self) -> "_Heartbeat":
         self.thread.start()
@@ -55,143 +68,139 @@ class _Heartbeat:
 
     def __exit__(self, *exc: object) -> None:
         self.stopped.set()
-        self.thread.join(timeout=5)
+        self.thread.join(timeout=10)
 
-    def _beat(self) -> None:
+    def _run(self) -> None:
         try:
             while not self.stopped.wait(settings.LLM_HEARTBEAT_SECONDS):
-                try:
-                    self.lock.reacquire()
-                except LockError:
-                    logger.warning("job %s: lock lost while running", self.job_id)
-                LlmJob.objects.filter(id=self.job_id, status=LlmJob.Status.RUNNING).update(
-                    heartbeat_at=timezone.now()
-                )
+                self.beat()
         finally:
             connection.close()
 
+    def beat(self) -> None:
+        try:
+            if not self.lock.extend(_lock_ttl(), replace_ttl=True):
+                logger.warning("job %s: lock could not be extended", self.job_id)
+        except LockError:
+            logger.warning("job %s: lock lost while running (expired or taken over)", self.job_id)
+        except Exception:
+            logger.exception("job %s: heartbeat could not extend the lock", self.job_id)
+        try:
+            LlmJob.objects.filter(id=self.job_id, status=LlmJob.Status.RUNNING).update(
+                heartbeat_at=timezone.now()
+            )
+        except Exception:
+            logger.exception("job %s: heartbeat could not reach the database", self.job_id)
+            close_old_connections()
+            connection.close()
+        self.beats += 1
 
-def _claim(job_id: str) -> LlmJob | None:
-    """Move a waiting job to running. Anything else (final, cancelled, running) is left alone."""
-    now = timezone.now()
-    claimed = LlmJob.objects.filter(id=job_id, status__in=LlmJob.WAITING_STATUSES).update(
-        status=LlmJob.Status.RUNNING,
-        attempts=F("attempts") + 1,
-        budget_attempts=F("budget_attempts") + 1,
-        started_at=Coalesce(F("started_at"), now),
-        heartbeat_at=now,
-        next_attempt_at=None,
-    )
-    return LlmJob.objects.get(id=job_id) if claimed else None
 
-
-def job_run(*, job_id: str) -> str:
-    """Run one attempt of a job. Returns what happened, for logs: locked, skipped or the outcome."""
-    redis = django_rq.get_connection("llm")
-    lock = redis.lock(job_lock_key(job_id), timeout=_lock_ttl(), blocking=False)
+def job_run(*, job_id: str, rq_job_id: str | None = None) -> str:
+    """Run one attempt of a job. Returns what happened, for the RQ job's result and the logs:
+    ``locked``, ``skipped``, ``held`` (breaker open) or the attempt's outcome."""
+    redis = django_rq.get_connection(LLM_QUEUE)
+    lock = redis.lock(job_lock_key(job_id), timeout=_lock_ttl(), blocking=False, thread_local=False)
     if not lock.acquire(blocking=False):
         logger.info("job %s is locked by another worker; this copy exits", job_id)
         return "locked"
     try:
         close_old_connections()
-        job = _claim(job_id)
+        gate = breaker_gate()
+        if gate == "open":
+            logger.info("job %s held: the provider circuit breaker is open", job_id)
+            return "held"
+        job = job_claim(job_id=job_id, rq_job_id=rq_job_id)
         if job is None:
-            logger.info("job %s is not waiting; nothing to run", job_id)
+            logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
             return "skipped"
-        with _Heartbeat(job.id, lock):
-            outcome = provider.call_messages(body=job.provider_request(), job_id=str(job.id))
-        if outcome.kind == "success":
-            _record_success(job, outcome)
-        else:
-            _record_provider_failure(job, outcome)
-        return outcome.kind
+        return _attempt(job, probe=gate == "probe", lock=lock)
     finally:
         try:
             lock.release()
-        except LockError:
+        except (LockError, RedisError):
             pass
 
 
-def _current_attempt(job: LlmJob) -> LlmJob | None:
-    """Lock the row and check that this worker still owns the attempt it started."""
-    current = LlmJob.objects.select_for_update().get(id=job.id)
-    if current.status != LlmJob.Status.RUNNING or current.attempts != job.attempts:
-        logger.error(
-            "job %s attempt %s finished after the reconciler took it over; its ledger row stands",
-            job.id,
-            job.attempts,
+def _attempt(job: LlmJob, *, probe: bool, lock: Any) -> str:
+    try:
+        with _Heartbeat(job.id, lock):
+            outcome = provider.call_messages(
+                body=job.provider_request(),
+                job_id=str(job.id),
+                read_timeout=read_timeout_for(job.max_tokens),
+            )
+        if outcome.kind == "success":
+            _persist(
+                lambda: job_complete(
+                    job_id=job.id,
+                    attempt=job.attempts,
+                    result=SuccessResult(
+                        text=outcome.text,
+                        stop_reason=outcome.stop_reason,
+                        usage=outcome.usage,
+                        http_status=outcome.http_status,
+                        request_id=outcome.request_id,
+                        latency_ms=outcome.latency_ms,
+                    ),
+                )
+            )
+            if probe:
+                breaker_close(reason=f"probe call succeeded (job {job.id})")
+        else:
+            _persist(
+                lambda: job_attempt_failed(
+                    job_id=job.id, attempt=job.attempts, failure=failure_from_outcome(outcome)
+                )
+            )
+        return outcome.kind
+    except Exception as exc:
+        # Whatever broke (a 200 whose body is not JSON, a bug in our own code), the attempt is
+        # booked and the job goes through the retry policy with the real cause: never left
+        # running.
+        logger.exception("job %s attempt %s raised", job.id, job.attempts)
+        cause = "".join(traceback.format_exception_only(exc)).strip()
+        failure = AttemptFailure(
+            classification=classify(kind="unexpected_error"),
+            record=AttemptRecord(
+                outcome=CostEntry.Outcome.ERROR,
+                error_type=type(exc).__name__,
+                message=f"Unexpected error during the attempt: {cause}"[:2000],
+                # The request may have reached the provider and been billed.
+                maybe_billed=True,
+            ),
         )
-        return None
-    return current
+        _persist(lambda: job_attempt_failed(job_id=job.id, attempt=job.attempts, failure=failure))
+        return "error"
 
 
-@transaction.atomic
-def _record_success(job: LlmJob, outcome: provider.ProviderOutcome) -> None:
-    current = _current_attempt(job)
-    if current is None:
-        return
-    # The price in force when this attempt ran, not when the job first started.
-    price = price_for_model(model=current.model)
-    cost = attempt_cost(price, outcome.usage) if price else Decimal(0)
-    CostEntry.objects.create(
-        job=current,
-        attempt=current.attempts,
-        feature=current.feature,
-        model=current.model,
-        price=price,
-        outcome=CostEntry.Outcome.SUCCESS,
-        http_status=outcome.http_status,
-        request_id=outcome.request_id,
-        latency_ms=outcome.latency_ms,
-        cost_usd=cost,
-        **outcome.usage,
-    )
-    usage = outcome.usage
-    current.status = LlmJob.Status.COMPLETED
-    current.completed_at = timezone.now()
-    current.output_text = outcome.text
-    current.stop_reason = outcome.stop_reason
-    current.input_tokens = usage["input_tokens"]
-    current.output_tokens = usage["output_tokens"]
-    current.cache_creation_input_tokens = (
-        usage["cache_write_5m_tokens"] + usage["cache_write_1h_tokens"]
-    )
-    current.cache_read_input_tokens = usage["cache_read_tokens"]
-    current.cost_usd = current.cost_usd + cost
-    current.error_code, current.error_http_status = "", None
-    current.error_message, current.error_severity = "", ""
-    current.save()
-    logger.info("job %s completed in attempt %s, cost %s", job.id, current.attempts, cost)
+def _persist(write: Callable[[], T]) -> T:
+    """Run a recording transition, riding out a short database outage: a paid result is not
+    thrown away because the database blinked. Gives up after ``LLM_RECORD_RETRY_SECONDS``; the
+    reconciler then recovers the attempt as of unknown outcome."""
+    deadline = time.monotonic() + settings.LLM_RECORD_RETRY_SECONDS
+    delay = 0.5
+    while True:
+        try:
+            return write()
+        except DatabaseError:
+            if time.monotonic() + delay > deadline:
+                raise
+            logger.warning("recording an attempt failed on the database; retrying", exc_info=True)
+            connection.close()
+            time.sleep(delay)
+            delay = min(delay * 2, 10)
 
 
-@dataclass
-class AttemptFailure:
-    """What a failed attempt left behind, whatever failed: the provider, the network or a worker."""
-
-    kind: str
-    classification: Classification
-    ledger_outcome: str
-    message: str
-    http_status: int | None = None
-    error_type: str = ""
-    request_id: str = ""
-    retry_after: float | None = None
-    latency_ms: int | None = None
-
-
-@transaction.atomic
-def _record_provider_failure(job: LlmJob, outcome: provider.ProviderOutcome) -> None:
-    current = _current_attempt(job)
-    if current is None:
-        return
+def failure_from_outcome(outcome: provider.ProviderOutcome) -> AttemptFailure:
+    """Classify a failed call and say what the ledger books for it."""
     if outcome.kind == "error_response":
         ledger_outcome = CostEntry.Outcome.ERROR_RESPONSE
     elif outcome.outcome_unknown:
         ledger_outcome = CostEntry.Outcome.UNKNOWN
     else:
         ledger_outcome = CostEntry.Outcome.CONNECTION_ERROR
-    failure = AttemptFailure(
-        kind=outcome.kind,
+    return AttemptFailure(
         classification=classify(
             kind=outcome.kind,
             http_status=outcome.http_status,
@@ -199,89 +208,14 @@ def _record_provider_failure(job: LlmJob, outcome: provider.ProviderOutcome) -> 
             error_code=outcome.error_code,
             message=outcome.message,
         ),
-        ledger_outcome=ledger_outcome,
-        message=outcome.message,
-        http_status=outcome.http_status,
-        error_type=outcome.error_type,
-        request_id=outcome.request_id,
+        record=AttemptRecord(
+            outcome=ledger_outcome,
+            http_status=outcome.http_status,
+            error_type=outcome.error_type,
+            message=outcome.message,
+            request_id=outcome.request_id,
+            latency_ms=outcome.latency_ms,
+            maybe_billed=outcome.outcome_unknown,
+        ),
         retry_after=outcome.retry_after,
-        latency_ms=outcome.latency_ms,
     )
-    record_failed_attempt(current, failure)
-
-
-def record_failed_attempt(job: LlmJob, failure: AttemptFailure) -> None:
-    """Write the attempt's ledger row and move the job to retrying or failed.
-
-    Call inside a transaction with the job row locked.
-    """
-    is_unknown = failure.ledger_outcome == CostEntry.Outcome.UNKNOWN
-    price = price_for_model(model=job.model)
-    cost = Decimal(0)
-    if is_unknown and price is not None:
-        # The provider may have done (and billed) the work: book the most it could have cost.
-        cost = upper_bound_cost(
-            price, messages=job.messages, system=job.system, max_tokens=job.max_tokens
-        )
-
-    reason = failure.classification.reason_code
-    retry_counts = dict(job.retry_counts or {})
-    decision = decide(
-        failure.classification,
-        retries_used=retry_counts.get(reason, 0),
-        attempts_in_budget=job.budget_attempts,
-        retry_after=failure.retry_after,
-    )
-    CostEntry.objects.create(
-        job=job,
-        attempt=job.attempts,
-        feature=job.feature,
-        model=job.model,
-        price=price,
-        outcome=failure.ledger_outcome,
-        http_status=failure.http_status,
-        reason_code=reason,
-        error_type=failure.error_type,
-        error_message=failure.message[:2000],
-        request_id=failure.request_id,
-        latency_ms=failure.latency_ms,
-        cost_usd=cost,
-        is_estimated=is_unknown,
-        retry_delay_seconds=decision.delay_seconds,
-    )
-    job.cost_usd = job.cost_usd + cost
-    job.error_code = reason
-    job.error_http_status = failure.http_status
-    job.error_message = failure.message[:2000]
-    job.error_severity = failure.classification.severity
-    if decision.retry:
-        assert decision.delay_seconds is not None
-        retry_counts[reason] = retry_counts.get(reason, 0) + 1
-        job.retry_counts = retry_counts
-        job.status = LlmJob.Status.RETRYING
-        job.next_attempt_at = timezone.now() + timedelta(seconds=decision.delay_seconds)
-        job.save()
-        job_enqueue(job=job, delay_seconds=decision.delay_seconds)
-        logger.info(
-            "job %s attempt %s failed (%s); retry in %.1fs",
-            job.id,
-            job.attempts,
-            reason,
-            decision.delay_seconds,
-        )
-        return
-    job.status = LlmJob.Status.FAILED
-    job.completed_at = timezone.now()
-    job.next_attempt_at = None
-    job.save()
-    failure_record_create(
-        job=job,
-        severity=failure.classification.severity,
-        reason_code=reason,
-        retries_exhausted=decision.retries_exhausted,
-        http_status=failure.http_status,
-        error_type=failure.error_type,
-        message=failure.message,
-        request_id=failure.request_id,
-    )
-    logger.warning("job %s dead-lettered (%s) after %s attempts", job.id, reason, job.attempts)

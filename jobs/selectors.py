@@ -19,7 +19,8 @@ def job_get_for_user(*, user: User, job_id: UUID) -> LlmJob:
 def job_list_for_user(
     *, user: User, status: str | None = None, feature: str | None = None
 ) -> QuerySet[LlmJob]:
-    jobs = LlmJob.objects.filter(user=user)
+    # The list shows output and usage, never the request: leave its large columns unread.
+    jobs = LlmJob.objects.filter(user=user).defer(*LlmJob.REQUEST_FIELDS)
     if status:
         if status not in LlmJob.Status.values:
             raise ValidationFailed(

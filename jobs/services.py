@@ -1,54 +1,149 @@
-"""Writes on LlmJob: submit, enqueue, cancel, requeue. Running a job lives in jobs/runner.py."""
+"""Every transition of an LlmJob, one ``job_<verb>`` service each, and nowhere else.
 
+    submit           -> queued                       job_submit
+    queued|retrying  -> running                      job_claim
+    running          -> completed                    job_complete
+    running          -> retrying | failed            job_attempt_failed (retry service decides)
+    running (lost)   -> retrying | failed            job_recover (the reconciler)
+    queued|retrying  -> cancelled                    job_cancel
+    failed           -> queued                       job_requeue (the DLQ)
+    queued|retrying  -> (put on the queue again)     job_enqueue / job_enqueue_again
+
+Each transition is one transaction that writes only the fields it changes, books the attempt in
+the ledger (``ledger/services.py``) when it ends one, and ends in ``transition_committed``: the
+one after-commit hook that WebSocket events, metrics and budgets subscribe to. ``jobs/runner.py``
+only holds the lock, beats the heartbeat and makes the call.
+"""
+
+import hashlib
 import logging
 import uuid
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import django_rq
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
+from redis.exceptions import RedisError
 
+from jobs import breaker
 from jobs.models import LlmJob
+from jobs.retry_policy import Classification, decide
+from jobs.timeouts import job_timeout_for, max_nonstreaming_tokens
+from jobs.transitions import Transition, transition_committed
 from jobs.validation import validate_job_request
+from ledger.models import CostEntry
 from ledger.selectors import price_for_model
+from ledger.services import (
+    AttemptRecord,
+    cost_entry_correct_late_result,
+    cost_entry_record_attempt,
+)
 from llmops.errors import Conflict, ValidationFailed
+from llmops.queues import LLM_QUEUE, RUN_LLM_JOB_TASK
 
-__all__ = ["job_cancel", "job_enqueue", "job_requeue", "job_submit"]
+__all__ = [
+    "AttemptFailure",
+    "SuccessResult",
+    "job_attempt_failed",
+    "job_cancel",
+    "job_claim",
+    "job_complete",
+    "job_enqueue",
+    "job_enqueue_again",
+    "job_recover",
+    "job_requeue",
+    "job_submit",
+]
 
 logger = logging.getLogger(__name__)
 
-LLM_QUEUE = "llm"
-TASK = "jobs.tasks.run_llm_job"
+DUE_TOLERANCE_SECONDS = 1.0
+"""A retry's RQ job may start this much before ``next_attempt_at``: the scheduler computes its
+due time from the same delay a moment after the row, so a legitimate copy is never refused."""
+
+
+@dataclass
+class SuccessResult:
+    text: str
+    stop_reason: str
+    usage: dict[str, int]
+    http_status: int | None
+    request_id: str
+    latency_ms: int
+
+
+@dataclass
+class AttemptFailure:
+    """A failed attempt: how the retry policy classified it, and what the ledger books."""
+
+    classification: Classification
+    record: AttemptRecord
+    retry_after: float | None = None
+
+
+# --- Enqueueing ---------------------------------------------------------------------------------
 
 
 def job_enqueue(*, job: LlmJob, delay_seconds: float | None = None) -> None:
-    """Point the row at a fresh RQ job id and put that RQ job on the queue once the surrounding
-    transaction commits, so a worker never sees a job the database does not have yet."""
+    """Point the row at a fresh RQ job id and push that RQ job once the transaction commits, so
+    a worker never sees a job the database does not have yet.
+
+    Redis being down never fails the caller: the row is committed, its RQ job is missing, and
+    the reconciler enqueues it again once Redis answers (the database is the source of truth).
+    """
     rq_job_id = uuid.uuid4().hex
     now = timezone.now()
     LlmJob.objects.filter(id=job.id).update(rq_job_id=rq_job_id, enqueued_at=now)
     job.rq_job_id, job.enqueued_at = rq_job_id, now
-    job_id = str(job.id)
+    job_id, timeout = str(job.id), job_timeout_for(job.max_tokens)
 
     def push() -> None:
-        queue = django_rq.get_queue(LLM_QUEUE)
         options: dict[str, Any] = {
             "job_id": rq_job_id,
-            "job_timeout": settings.LLM_JOB_TIMEOUT,
+            "job_timeout": timeout,
             "description": f"llm job {job_id}",
         }
-        if delay_seconds:
-            queue.enqueue_in(timedelta(seconds=delay_seconds), TASK, job_id, **options)
-        else:
-            queue.enqueue(TASK, job_id, **options)
+        try:
+            queue = django_rq.get_queue(LLM_QUEUE)
+            if delay_seconds:
+                queue.enqueue_in(
+                    timedelta(seconds=delay_seconds), RUN_LLM_JOB_TASK, job_id, **options
+                )
+            else:
+                queue.enqueue(RUN_LLM_JOB_TASK, job_id, **options)
+        except RedisError as exc:
+            logger.warning(
+                "job %s: Redis refused the enqueue (%s); the reconciler will enqueue it",
+                job_id,
+                type(exc).__name__,
+            )
 
     transaction.on_commit(push)
 
 
-def _check_against_price_table(*, model: str, max_tokens: int) -> None:
+@transaction.atomic
+def job_enqueue_again(*, job_id: uuid.UUID, lost_rq_job_id: str) -> bool:
+    """Enqueue a waiting job whose RQ job Redis lost (or whose retry is overdue). Returns False
+    when the job moved on meanwhile (claimed, cancelled, or enqueued again by someone else)."""
+    job = LlmJob.objects.select_for_update().filter(id=job_id).first()
+    if job is None or job.status not in LlmJob.WAITING_STATUSES or job.rq_job_id != lost_rq_job_id:
+        return False
+    job_enqueue(job=job)
+    return True
+
+
+# --- Submit -------------------------------------------------------------------------------------
+
+
+def check_against_price_table(*, model: str, max_tokens: int) -> None:
+    """A model must have a price, and ``max_tokens`` must fit both the model and a non-streaming
+    call (longer generations would be cut off by the read timeout and paid again)."""
     price = price_for_model(model=model)
     if price is None:
         raise ValidationFailed(
@@ -56,27 +151,39 @@ def _check_against_price_table(*, model: str, max_tokens: int) -> None:
             code="unknown_model",
             detail={"field": "model"},
         )
-    if max_tokens > price.max_output_tokens:
+    maximum = min(price.max_output_tokens, max_nonstreaming_tokens())
+    if max_tokens > maximum:
         raise ValidationFailed(
-            f"max_tokens must be between 1 and {price.max_output_tokens} for {model}.",
+            f"max_tokens must be between 1 and {maximum} for {model}"
+            + (
+                " (a non-streaming call expected to run past 10 minutes is refused)."
+                if maximum < price.max_output_tokens
+                else "."
+            ),
             code="invalid_max_tokens",
-            detail={"field": "max_tokens", "maximum": price.max_output_tokens},
+            detail={"field": "max_tokens", "maximum": maximum},
         )
+
+
+def idempotency_key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> tuple[LlmJob, bool]:
     """Validate, insert, enqueue on commit. Returns (job, created); a repeated idempotency key
-    returns the first job."""
+    returns the first job. Keys compare byte for byte: ``Key-A`` and ``key-a`` are two keys."""
     request = validate_job_request(data)
-    _check_against_price_table(model=request.model, max_tokens=request.max_tokens)
+    check_against_price_table(model=request.model, max_tokens=request.max_tokens)
     fingerprint = request.fingerprint()
 
+    key_hash = None
     if idempotency_key:
         if len(idempotency_key) > 255:
             raise ValidationFailed(
                 "Idempotency-Key must be at most 255 characters.", code="invalid_idempotency_key"
             )
-        existing = LlmJob.objects.filter(user=user, idempotency_key=idempotency_key).first()
+        key_hash = idempotency_key_hash(idempotency_key)
+        existing = LlmJob.objects.filter(user=user, idempotency_key_hash=key_hash).first()
         if existing is not None:
             return _replay(existing, fingerprint), False
 
@@ -92,16 +199,17 @@ def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> 
                 temperature=request.temperature,
                 metadata=request.metadata or {},
                 idempotency_key=idempotency_key or None,
+                idempotency_key_hash=key_hash,
                 request_fingerprint=fingerprint,
             )
             job_enqueue(job=job)
+            transition_committed(job, Transition.SUBMITTED)
     except IntegrityError:
         # Two submits with the same key raced; the first insert won.
-        if not idempotency_key:
+        if not key_hash:
             raise
-        existing = LlmJob.objects.get(user=user, idempotency_key=idempotency_key)
+        existing = LlmJob.objects.get(user=user, idempotency_key_hash=key_hash)
         return _replay(existing, fingerprint), False
-    logger.info("job %s submitted feature=%s model=%s", job.id, job.feature, job.model)
     return job, True
 
 
@@ -115,10 +223,228 @@ def _replay(job: LlmJob, fingerprint: str) -> LlmJob:
     return job
 
 
+# --- Claim --------------------------------------------------------------------------------------
+
+
+def job_claim(*, job_id: str, rq_job_id: str | None = None) -> LlmJob | None:
+    """Move a waiting job to running and count the attempt; None if this copy may not run it.
+
+    Only the RQ job the row points at may claim it (a stray copy requeued by hand from rq's
+    failed registry, or duplicated by a Redis failover, starts no second retry chain), and a
+    retrying job only once its ``next_attempt_at`` is due. Final, cancelled and running jobs are
+    left alone. One conditional UPDATE: exactly one winner.
+    """
+    now = timezone.now()
+    due = Q(status=LlmJob.Status.QUEUED) | Q(
+        status=LlmJob.Status.RETRYING,
+        next_attempt_at__lte=now + timedelta(seconds=DUE_TOLERANCE_SECONDS),
+    )
+    claim = LlmJob.objects.filter(due, id=job_id)
+    if rq_job_id is not None:
+        claim = claim.filter(rq_job_id=rq_job_id)
+    with transaction.atomic():
+        if not claim.update(
+            status=LlmJob.Status.RUNNING,
+            attempts=F("attempts") + 1,
+            budget_attempts=F("budget_attempts") + 1,
+            started_at=Coalesce(F("started_at"), now),
+            heartbeat_at=now,
+            next_attempt_at=None,
+        ):
+            return None
+        job = LlmJob.objects.get(id=job_id)
+        transition_committed(job, Transition.CLAIMED)
+    return job
+
+
+# --- End of an attempt --------------------------------------------------------------------------
+
+
+@transaction.atomic
+def job_complete(*, job_id: uuid.UUID, attempt: int, result: SuccessResult) -> LlmJob | None:
+    """Book a successful attempt and complete the job.
+
+    A late result (the reconciler took the attempt over while this worker was cut off, and
+    booked it at its upper bound) is booked as a correction to the real cost; the job still
+    completes with it when no newer attempt has started, and its pending retry is dropped.
+    Returns the completed job, or None when the result only corrected the ledger.
+    """
+    job = LlmJob.objects.select_for_update().get(id=job_id)
+    record = AttemptRecord(
+        outcome=CostEntry.Outcome.SUCCESS,
+        usage=result.usage,
+        http_status=result.http_status,
+        request_id=result.request_id,
+        latency_ms=result.latency_ms,
+    )
+    if job.status == LlmJob.Status.RUNNING and job.attempts == attempt:
+        entry = cost_entry_record_attempt(job=job, attempt=attempt, record=record)
+        cost = entry.cost_usd
+    else:
+        correction = cost_entry_correct_late_result(job=job, attempt=attempt, record=record)
+        cost = correction.cost_usd if correction else Decimal(0)
+        if correction is None or job.status != LlmJob.Status.RETRYING or job.attempts != attempt:
+            logger.warning(
+                "job %s attempt %s returned after a takeover (job now %s, attempt %s): %s",
+                job.id,
+                attempt,
+                job.status,
+                job.attempts,
+                "ledger corrected" if correction else "nothing to book",
+            )
+            if correction is not None:
+                job.cost_usd = F("cost_usd") + cost
+                job.save(update_fields=["cost_usd"])
+            return None
+        # The retry the takeover scheduled is dropped: its RQ job no longer matches the row.
+        job.rq_job_id = ""
+    usage = result.usage
+    job.status = LlmJob.Status.COMPLETED
+    job.completed_at = timezone.now()
+    job.next_attempt_at = None
+    job.output_text = result.text
+    job.stop_reason = result.stop_reason
+    job.input_tokens = usage["input_tokens"]
+    job.output_tokens = usage["output_tokens"]
+    job.cache_creation_input_tokens = (
+        usage["cache_write_5m_tokens"] + usage["cache_write_1h_tokens"]
+    )
+    job.cache_read_input_tokens = usage["cache_read_tokens"]
+    job.cost_usd = job.cost_usd + cost
+    job.error_code, job.error_http_status, job.error_message, job.error_severity = "", None, "", ""
+    job.save(
+        update_fields=[
+            "status",
+            "completed_at",
+            "next_attempt_at",
+            "rq_job_id",
+            "output_text",
+            "stop_reason",
+            "input_tokens",
+            "output_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+            "cost_usd",
+            "error_code",
+            "error_http_status",
+            "error_message",
+            "error_severity",
+        ]
+    )
+    transition_committed(job, Transition.COMPLETED)
+    return job
+
+
+@transaction.atomic
+def job_attempt_failed(
+    *, job_id: uuid.UUID, attempt: int, failure: AttemptFailure
+) -> LlmJob | None:
+    """Book a failed attempt and let the retry policy choose: a delayed retry or the DLQ.
+
+    A failure that arrives after a takeover only corrects the ledger (an error response proves
+    the estimated attempt was not billed). Returns the job, or None in that case.
+    """
+    job = LlmJob.objects.select_for_update().get(id=job_id)
+    if job.status != LlmJob.Status.RUNNING or job.attempts != attempt:
+        correction = cost_entry_correct_late_result(job=job, attempt=attempt, record=failure.record)
+        if correction is not None:
+            job.cost_usd = F("cost_usd") + correction.cost_usd
+            job.save(update_fields=["cost_usd"])
+        logger.warning(
+            "job %s attempt %s failed after a takeover (job now %s, attempt %s)",
+            job.id,
+            attempt,
+            job.status,
+            job.attempts,
+        )
+        return None
+    return _end_failed_attempt(job, failure, via=None)
+
+
+@transaction.atomic
+def job_recover(*, job_id: uuid.UUID, stale_before: datetime) -> LlmJob | None:
+    """The reconciler's transition for a running job whose worker is gone (killed, crashed or
+    cut off): the attempt is booked at its upper bound and retried as ``worker_lost``."""
+    from jobs.retry_policy import classify
+
+    job = LlmJob.objects.select_for_update().get(id=job_id)
+    if job.status != LlmJob.Status.RUNNING or (
+        job.heartbeat_at is not None and job.heartbeat_at >= stale_before
+    ):
+        return None
+    failure = AttemptFailure(
+        classification=classify(kind="worker_lost"),
+        record=AttemptRecord(
+            # The worker may have been mid-call: the provider may have billed it.
+            outcome=CostEntry.Outcome.UNKNOWN,
+            message="The worker stopped (killed, crashed or cut off) during the attempt.",
+            maybe_billed=True,
+        ),
+    )
+    return _end_failed_attempt(job, failure, via=Transition.RECOVERED)
+
+
+def _end_failed_attempt(job: LlmJob, failure: AttemptFailure, *, via: Transition | None) -> LlmJob:
+    """Ledger row + retry or dead-letter. Inside a transaction, the job row locked."""
+    reason = failure.classification.reason_code
+    retry_counts = dict(job.retry_counts or {})
+    decision = decide(
+        failure.classification,
+        retries_used=retry_counts.get(reason, 0),
+        attempts_in_budget=job.budget_attempts,
+        retry_after=failure.retry_after,
+    )
+    failure.record.reason_code = reason
+    failure.record.retry_delay_seconds = decision.delay_seconds
+    entry = cost_entry_record_attempt(job=job, attempt=job.attempts, record=failure.record)
+    job.cost_usd = job.cost_usd + entry.cost_usd
+    job.error_code = reason
+    job.error_http_status = failure.record.http_status
+    job.error_message = failure.record.message[:2000]
+    job.error_severity = failure.classification.severity
+    fields = ["status", "cost_usd", "error_code", "error_http_status", "error_message"]
+    fields += ["error_severity", "next_attempt_at"]
+    if decision.retry:
+        assert decision.delay_seconds is not None
+        retry_counts[reason] = retry_counts.get(reason, 0) + 1
+        job.retry_counts = retry_counts
+        job.status = LlmJob.Status.RETRYING
+        job.next_attempt_at = timezone.now() + timedelta(seconds=decision.delay_seconds)
+        job.save(update_fields=[*fields, "retry_counts"])
+        job_enqueue(job=job, delay_seconds=decision.delay_seconds)
+        transition_committed(job, via or Transition.RETRY_SCHEDULED)
+        return job
+
+    # Imported here: alerts.services requeues through this module.
+    from alerts.services import failure_record_create
+
+    job.status = LlmJob.Status.FAILED
+    job.completed_at = timezone.now()
+    job.next_attempt_at = None
+    job.save(update_fields=[*fields, "completed_at"])
+    failure_record_create(
+        job=job,
+        severity=failure.classification.severity,
+        reason_code=reason,
+        retries_exhausted=decision.retries_exhausted,
+        http_status=failure.record.http_status,
+        error_type=failure.record.error_type,
+        message=failure.record.message,
+        request_id=failure.record.request_id,
+    )
+    if breaker.is_account_wide(reason):
+        breaker.breaker_open(reason_code=reason, message=failure.record.message, job=job)
+    transition_committed(job, via or Transition.DEAD_LETTERED)
+    return job
+
+
+# --- Staff and API actions ----------------------------------------------------------------------
+
+
 @transaction.atomic
 def job_cancel(*, job: LlmJob) -> LlmJob:
     """Cancel a queued or retrying job. A worker that picks its RQ job up later finds it
-    cancelled and never calls the provider."""
+    cancelled and never calls the provider. Needs no Redis."""
     now = timezone.now()
     updated = LlmJob.objects.filter(id=job.id, status__in=LlmJob.WAITING_STATUSES).update(
         status=LlmJob.Status.CANCELLED, completed_at=now, next_attempt_at=None
@@ -130,7 +456,7 @@ def job_cancel(*, job: LlmJob) -> LlmJob:
             code="not_cancellable",
             detail={"status": job.status},
         )
-    logger.info("job %s cancelled", job.id)
+    transition_committed(job, Transition.CANCELLED)
     return job
 
 
@@ -139,11 +465,11 @@ def job_requeue(*, job: LlmJob, model: str | None = None) -> bool:
     """Give a failed job a fresh retry budget and queue it again under the same id.
 
     Idempotent: only a failed job moves, so requeuing twice runs it once. Returns whether this
-    call moved it.
+    call moved it. Redis being down does not fail it (see ``job_enqueue``).
     """
     changes: dict[str, Any] = {}
     if model is not None and model != job.model:
-        _check_against_price_table(model=model, max_tokens=job.max_tokens)
+        check_against_price_table(model=model, max_tokens=job.max_tokens)
         changes["model"] = model
     updated = LlmJob.objects.filter(id=job.id, status=LlmJob.Status.FAILED).update(
         status=LlmJob.Status.QUEUED,
@@ -157,8 +483,13 @@ def job_requeue(*, job: LlmJob, model: str | None = None) -> bool:
         error_severity="",
         **changes,
     )
+    failed_reason = job.error_code
     job.refresh_from_db()
     if updated:
+        if breaker.is_account_wide(failed_reason):
+            # Requeuing a job the account-wide failure dead-lettered says "fixed, try again";
+            # if it is not fixed, this job opens the breaker again at its first call.
+            breaker.breaker_close(reason=f"job {job.id} ({failed_reason}) requeued")
         job_enqueue(job=job)
-        logger.info("job %s requeued", job.id)
+        transition_committed(job, Transition.REQUEUED)
     return bool(updated)

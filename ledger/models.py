@@ -93,10 +93,29 @@ class CostEntry(models.Model):
         ERROR_RESPONSE = "error_response", "Error response"
         UNKNOWN = "unknown_outcome", "Unknown outcome"
         CONNECTION_ERROR = "connection_error", "Connection error (not sent)"
+        ERROR = "error", "Unexpected error"
+
+    class EntryType(models.TextChoices):
+        ATTEMPT = "attempt", "Attempt"
+        CORRECTION = "correction", "Correction"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     job = models.ForeignKey("jobs.LlmJob", on_delete=models.PROTECT, related_name="cost_entries")
     attempt = models.PositiveIntegerField()
+    entry_type = models.CharField(
+        max_length=10,
+        choices=EntryType.choices,
+        default=EntryType.ATTEMPT,
+        db_default=EntryType.ATTEMPT,
+    )
+    corrects = models.ForeignKey(
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="corrections",
+        help_text="The estimated row this correction books the real cost against.",
+    )
     feature = models.CharField(max_length=64, db_index=True)
     model = models.CharField(max_length=100, db_index=True)
     price = models.ForeignKey(ModelPrice, on_delete=models.PROTECT, null=True, blank=True)
@@ -127,7 +146,10 @@ class CostEntry(models.Model):
         ordering = ["created_at"]
         verbose_name_plural = "cost entries"
         constraints = [
-            models.UniqueConstraint(fields=["job", "attempt"], name="one_cost_entry_per_attempt")
+            # One row per attempt, and at most one correction of it (a late result).
+            models.UniqueConstraint(
+                fields=["job", "attempt", "entry_type"], name="one_cost_entry_per_attempt_type"
+            )
         ]
 
     def __str__(self) -> str:

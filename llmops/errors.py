@@ -3,13 +3,21 @@
 Every error body is ``{"code": ..., "message": ..., "detail": ...}`` with a stable ``code``.
 """
 
+import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
+from redis.exceptions import RedisError
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import status
 from rest_framework.response import Response
+
+logger = logging.getLogger(__name__)
+
+SERVICE_UNAVAILABLE_RETRY_AFTER = 5
+"""Seconds a client is told to wait after a 503: outages of the database are usually short."""
 
 
 class ApplicationError(Exception):
@@ -82,6 +90,19 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, ApplicationError):
         set_rollback()
         return Response(_body(exc.code, exc.message, exc.detail), status=exc.status_code)
+    if isinstance(exc, OperationalError | InterfaceError | RedisError):
+        # The database (or Redis, where a request needs it) is unreachable: nothing was written
+        # (the request's transaction rolled back), so the client can safely retry.
+        logger.error("service unavailable: %s: %s", type(exc).__name__, exc)
+        set_rollback()
+        return Response(
+            _body(
+                "service_unavailable",
+                "A backing service is unavailable; nothing was saved. Retry shortly.",
+            ),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(SERVICE_UNAVAILABLE_RETRY_AFTER)},
+        )
     if isinstance(exc, RequestDataTooBig):
         set_rollback()
         return Response(

@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 # Pure (no models): ALERT_ROUTES is checked by the same rule as the admin's AlertRoute.
 from alerts import targets as alert_targets
+from llmops.queues import ALERTS_QUEUE, DEFAULT_QUEUE, LLM_QUEUE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -248,13 +249,15 @@ REST_FRAMEWORK = {
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 LLM_JOB_TIMEOUT = envint("LLM_JOB_TIMEOUT", 240, minimum=10)
-"""Seconds RQ lets one job run before killing it; above the provider read timeout."""
+"""The least RQ lets one LLM job run before killing it; a job whose call may take longer gets
+its call's deadline plus LLM_JOB_TIMEOUT_MARGIN (jobs/timeouts.py)."""
+LLM_JOB_TIMEOUT_MARGIN = envfloat("LLM_JOB_TIMEOUT_MARGIN", 30.0, minimum=1.0)
 
 RQ = {"WORKER_CLASS": "llmops.workers.PreloadingWorker"}
 RQ_QUEUES = {
-    "llm": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": LLM_JOB_TIMEOUT},
-    "default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
-    "alerts": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
+    LLM_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": LLM_JOB_TIMEOUT},
+    DEFAULT_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
+    ALERTS_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
 }
 
 # --- Provider ---------------------------------------------------------------------------------
@@ -265,7 +268,10 @@ FAKE_PROVIDER_URL = os.environ.get("FAKE_PROVIDER_URL", "http://127.0.0.1:8787")
 ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL") or (
     "https://api.anthropic.com" if ANTHROPIC_API_KEY else FAKE_PROVIDER_URL
 )
-LLM_PROVIDER_READ_TIMEOUT = envfloat("LLM_PROVIDER_READ_TIMEOUT", 120.0, minimum=0.1)
+LLM_PROVIDER_READ_TIMEOUT = envfloat("LLM_PROVIDER_READ_TIMEOUT", 60.0, minimum=0.1)
+"""The least read timeout of a call; longer max_tokens get longer ones (jobs/timeouts.py)."""
+LLM_READ_TIMEOUT_SCALE = envfloat("LLM_READ_TIMEOUT_SCALE", 1.0, minimum=0.0)
+"""Multiplies the expected generation time (the SDK's: 1 hour per 128k output tokens)."""
 LLM_PROVIDER_CONNECT_TIMEOUT = envfloat("LLM_PROVIDER_CONNECT_TIMEOUT", 10.0, minimum=0.1)
 if LLM_PROVIDER_READ_TIMEOUT >= LLM_JOB_TIMEOUT:
     raise ImproperlyConfigured("LLM_PROVIDER_READ_TIMEOUT must stay below LLM_JOB_TIMEOUT")
@@ -280,11 +286,24 @@ LLM_RETRY_SCHEDULES: dict[str, list[float]] = envjson("LLM_RETRY_SCHEDULES", {})
 LLM_RETRY_JITTER = envfloat("LLM_RETRY_JITTER", 0.30, minimum=0.0)
 LLM_RETRY_DELAY_SCALE = envfloat("LLM_RETRY_DELAY_SCALE", 1.0, minimum=0.0)
 LLM_HEARTBEAT_SECONDS = envfloat("LLM_HEARTBEAT_SECONDS", 15.0, minimum=0.1)
-LLM_STALE_AFTER_SECONDS = envfloat("LLM_STALE_AFTER_SECONDS", 90.0, minimum=1.0)
+LLM_STALE_AFTER_SECONDS = envfloat("LLM_STALE_AFTER_SECONDS", 60.0, minimum=1.0)
 """A running job whose heartbeat is older than this (and whose lock is gone) was lost."""
 LLM_LOST_QUEUE_GRACE_SECONDS = envfloat("LLM_LOST_QUEUE_GRACE_SECONDS", 30.0, minimum=0.0)
 """A queued job missing from Redis for longer than this is enqueued again."""
-LLM_RECONCILE_INTERVAL = envfloat("LLM_RECONCILE_INTERVAL", 30.0, minimum=0.1)
+LLM_RECONCILE_INTERVAL = envfloat("LLM_RECONCILE_INTERVAL", 15.0, minimum=0.1)
+LLM_OVERDUE_RETRY_SECONDS = envfloat("LLM_OVERDUE_RETRY_SECONDS", 15.0, minimum=0.0)
+"""A retrying job this far past its next_attempt_at is enqueued by the reconciler, even if its
+scheduled RQ job exists (the worker holding rq's scheduler may be dead). rq's scheduler polls
+every second; 15 s is many of its intervals. With the defaults a job whose worker was killed with
+-9 calls the provider again within two minutes: stale 60 s + reconcile 15 s + retry delay
+3-4 s + overdue 15 s + reconcile 15 s."""
+LLM_RECORD_RETRY_SECONDS = envfloat("LLM_RECORD_RETRY_SECONDS", 60.0, minimum=0.0)
+"""How long a worker keeps trying to record a finished call while the database is down."""
+LLM_BREAKER_ENABLED = envbool("LLM_BREAKER_ENABLED", "True")
+"""Account-wide failures (401, 402, 403, spend cap, credit balance) stop dispatch (jobs/breaker.py).
+Off: each job dead-letters on its own, as a plain fatal failure."""
+LLM_BREAKER_PROBE_SECONDS = envfloat("LLM_BREAKER_PROBE_SECONDS", 300.0, minimum=1.0)
+"""While the provider circuit breaker is open, one job is let through this often as a probe."""
 LLM_OVERDUE_RETRY_ALERT_SECONDS = envfloat("LLM_OVERDUE_RETRY_ALERT_SECONDS", 120.0, minimum=0.0)
 """A WARNING when a retrying job's next attempt is this many seconds overdue: no scheduler runs,
 or the llm workers are far behind."""
@@ -357,7 +376,7 @@ def alert_retry_schedule_from_env(name: str) -> list[float]:
 
 
 def queue_wait_thresholds_from_env(name: str) -> dict[str, float]:
-    value = envjson(name, {"llm": 60})
+    value = envjson(name, {LLM_QUEUE: 60})
     if not isinstance(value, dict):
         raise ImproperlyConfigured(f"{name} must be a JSON object: {{queue: seconds}}")
     for queue, seconds in value.items():

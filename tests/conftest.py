@@ -102,6 +102,13 @@ def fast_settings(settings: Any) -> None:
 
 
 @pytest.fixture
+def no_breaker(settings: Any) -> None:
+    """For tests of the DLQ and alert dedup that build 401 storms: every job dead-letters on its
+    own instead of the provider circuit breaker holding the rest (tests/jobs/test_breaker.py)."""
+    settings.LLM_BREAKER_ENABLED = False
+
+
+@pytest.fixture
 def prices(django_db_blocker: Any) -> None:
     """Transactional tests flush the tables, data-migration rows included: seed them again."""
     from django.apps import apps

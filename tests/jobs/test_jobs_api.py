@@ -137,11 +137,29 @@ def test_missing_fields_are_refused(alice_client):
 
 
 def test_max_tokens_limit_follows_the_model(alice_client):
-    submit(alice_client, model="claude-opus-4-6", max_tokens=128_000)
+    from ledger.models import ModelPrice
+
+    base = ModelPrice.objects.filter(model="claude-haiku-4-5").first()
+    assert base is not None
+    base.pk, base.model, base.max_output_tokens = None, "claude-small-test", 4096
+    base.save()
+    submit(alice_client, model="claude-small-test", max_tokens=4096)
     response = alice_client.post(
-        "/api/v1/jobs/", job_body(model="claude-opus-4-1", max_tokens=32_001), format="json"
+        "/api/v1/jobs/", job_body(model="claude-small-test", max_tokens=4097), format="json"
     )
-    assert assert_error(response, 400, "invalid_max_tokens")["detail"]["maximum"] == 32_000
+    assert assert_error(response, 400, "invalid_max_tokens")["detail"]["maximum"] == 4096
+
+
+def test_max_tokens_beyond_a_ten_minute_non_streaming_call_is_refused(alice_client):
+    """The SDK expects an hour per 128k output tokens and refuses non-streaming calls expected to
+    run past 10 minutes: 21,333 tokens is the most a job may ask for, whatever the model allows."""
+    submit(alice_client, model="claude-opus-4-6", max_tokens=21_333)
+    response = alice_client.post(
+        "/api/v1/jobs/", job_body(model="claude-opus-4-6", max_tokens=21_334), format="json"
+    )
+    body = assert_error(response, 400, "invalid_max_tokens")
+    assert body["detail"] == {"field": "max_tokens", "maximum": 21_333}
+    assert LlmJob.objects.filter(max_tokens=21_334).count() == 0
 
 
 def test_a_body_over_the_limit_gets_413(alice_client, settings):

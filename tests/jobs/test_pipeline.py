@@ -290,7 +290,8 @@ def test_a_retrying_job_can_be_cancelled_and_stops(alice_client, workers, fake_p
 def test_a_second_copy_of_a_job_exits_without_calling_the_provider(
     alice_client, workers, fake_provider
 ):
-    from jobs.runner import job_lock_key, job_run
+    from jobs.runner import job_run
+    from llmops.queues import job_lock_key
 
     job = submit(alice_client)
     workers.queue.connection.set(job_lock_key(job.id), "another-worker", ex=30)

@@ -77,7 +77,7 @@ def test_a_job_whose_worker_died_is_recovered_with_an_unknown_outcome_row(
 
 
 def test_a_running_job_with_a_live_lock_is_not_touched(alice_client, workers, settings):
-    from jobs.runner import job_lock_key
+    from llmops.queues import job_lock_key
 
     settings.LLM_STALE_AFTER_SECONDS = 5
     job = submit(alice_client)
@@ -86,6 +86,18 @@ def test_a_running_job_with_a_live_lock_is_not_touched(alice_client, workers, se
     )
     workers.queue.connection.set(job_lock_key(job.id), "x", ex=30)
     assert reconcile_jobs().recovered_stale == 0
+
+
+def kill_process_tree(pid: int) -> None:
+    """kill -9 a worker and its work horse: rq puts the horse in a process group of its own, so
+    killing the worker's group alone leaves the horse running (and beating)."""
+    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    for child in [int(p) for p in children.split()]:
+        kill_process_tree(child)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _env_for_subprocess() -> dict[str, str]:
@@ -130,7 +142,7 @@ def test_a_worker_killed_mid_call_is_recovered(alice_client, fake_provider, sett
         assert time.monotonic() < deadline, "the worker never started the job"
         time.sleep(0.1)
     time.sleep(1)
-    os.killpg(worker.pid, signal.SIGKILL)  # the work horse dies with its parent
+    kill_process_tree(worker.pid)
     worker.wait(timeout=10)
     job.refresh_from_db()
     assert job.status == "running"

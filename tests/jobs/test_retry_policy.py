@@ -20,6 +20,10 @@ ROWS = [
     ({"kind": "error_response", "http_status": 504}, "server_error", True, "ERROR"),
     ({"kind": "connection_error"}, "connection_error", True, "ERROR"),
     ({"kind": "read_timeout"}, "read_timeout", True, "ERROR"),
+    ({"kind": "unexpected_error"}, "unexpected_error", True, "ERROR"),
+    ({"kind": "error_response", "http_status": 400,
+      "message": "Your credit balance is too low to access the Anthropic API."},
+     "credit_balance", False, "CRITICAL"),
     ({"kind": "connection_dropped"}, "connection_dropped", True, "ERROR"),
     ({"kind": "error_response", "http_status": 409}, "conflict", True, "ERROR"),
     ({"kind": "error_response", "http_status": 400,
@@ -59,7 +63,8 @@ def test_it_follows_each_schedule_then_dead_letters(settings):
         "overloaded": [15, 60, 180],
         "server_error": [3, 10, 30],
         "connection_error": [3, 10, 30],
-        "read_timeout": [3, 10, 30],
+        # Unknown outcome, maybe billed: retried at most once.
+        "read_timeout": [3],
         "conflict": [3, 10, 30],
     }
     for reason, delays in expected.items():

@@ -1,0 +1,85 @@
+"""The one after-commit hook every LlmJob transition ends in.
+
+Each transition service in ``jobs/services.py`` calls ``transition_committed(job, transition)``
+inside its transaction; once that transaction commits, every subscriber registered with
+``on_transition`` receives the job and the transition. WebSocket events, metrics and budget
+settlement subscribe here, so no transition can forget one of them. A rolled-back transition
+notifies nobody; a failing subscriber is logged and never fails the job or the other subscribers.
+"""
+
+import logging
+from collections.abc import Callable
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from django.db import transaction
+
+if TYPE_CHECKING:
+    from jobs.models import LlmJob
+
+__all__ = ["Subscriber", "Transition", "on_transition", "transition_committed"]
+
+logger = logging.getLogger("jobs.transitions")
+
+
+class Transition(StrEnum):
+    SUBMITTED = "submitted"
+    """queued: a new job"""
+    CLAIMED = "claimed"
+    """queued|retrying -> running: an attempt starts"""
+    COMPLETED = "completed"
+    """running -> completed (or retrying -> completed: a late result after a takeover)"""
+    RETRY_SCHEDULED = "retry_scheduled"
+    """running -> retrying: the attempt failed, the retry service chose a delayed retry"""
+    DEAD_LETTERED = "dead_lettered"
+    """running -> failed: fatal, or the class's retries are used up (a FailureRecord exists)"""
+    CANCELLED = "cancelled"
+    """queued|retrying -> cancelled"""
+    REQUEUED = "requeued"
+    """failed -> queued: from the DLQ, with a fresh retry budget"""
+    RECOVERED = "recovered"
+    """running -> retrying|failed: the reconciler found the worker gone mid-attempt"""
+    HELD = "held"
+    """running -> queued: the provider's circuit breaker is open; no attempt was used"""
+
+
+Subscriber = Callable[["LlmJob", Transition], None]
+
+_subscribers: list[Subscriber] = []
+
+
+def on_transition(subscriber: Subscriber) -> Subscriber:
+    """Register a subscriber (usable as a decorator); call it from an ``AppConfig.ready``."""
+    if subscriber not in _subscribers:
+        _subscribers.append(subscriber)
+    return subscriber
+
+
+def transition_committed(job: "LlmJob", transition: Transition) -> None:
+    """Notify every subscriber once the surrounding transaction commits."""
+    transaction.on_commit(lambda: _notify(job, transition))
+
+
+def _notify(job: "LlmJob", transition: Transition) -> None:
+    for subscriber in list(_subscribers):
+        try:
+            subscriber(job, transition)
+        except Exception:
+            # Best effort by design: the transition is committed whatever a subscriber does.
+            logger.exception("transition subscriber %r failed for job %s", subscriber, job.id)
+
+
+@on_transition
+def log_transition(job: "LlmJob", transition: Transition) -> None:
+    """One structured log line per transition: the job's life can be read from the logs."""
+    logger.info(
+        "job %s %s status=%s attempts=%s feature=%s model=%s cost_usd=%s error=%s",
+        job.id,
+        transition.value,
+        job.status,
+        job.attempts,
+        job.feature,
+        job.model,
+        job.cost_usd,
+        job.error_code or "-",
+    )

@@ -1,0 +1,149 @@
+"""Writes on the ledger, and the money rules they follow.
+
+Every provider attempt leaves exactly one ``CostEntry`` (``entry_type=attempt``), written by the
+job transition that ends the attempt, in the same transaction. The ledger is append-only: a late
+result that shows what an estimated attempt really cost is booked as one ``correction`` row whose
+``cost_usd`` is the difference, so the sum of a job's rows is always what it cost.
+
+- A success is priced exactly, at the rate in force when the attempt ran.
+- An error response costs nothing; a request that never left costs nothing.
+- An attempt of unknown outcome (read timeout, dropped connection, worker lost, a 2xx whose body
+  could not be read) is booked at its upper bound: the provider may have done and billed it.
+"""
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from ledger.models import CostEntry
+from ledger.pricing import attempt_cost, upper_bound_cost
+from ledger.selectors import price_for_model
+
+if TYPE_CHECKING:
+    from jobs.models import LlmJob
+
+__all__ = [
+    "AttemptRecord",
+    "cost_entry_correct_late_result",
+    "cost_entry_record_attempt",
+    "job_upper_bound_cost",
+]
+
+
+@dataclass
+class AttemptRecord:
+    """What one attempt left behind, as the ledger books it."""
+
+    outcome: str
+    """A ``CostEntry.Outcome``."""
+    usage: dict[str, int] = field(default_factory=dict)
+    http_status: int | None = None
+    reason_code: str = ""
+    error_type: str = ""
+    message: str = ""
+    request_id: str = ""
+    latency_ms: int | None = None
+    retry_delay_seconds: float | None = None
+    maybe_billed: bool = False
+    """The provider may have done the work although we never saw its answer."""
+
+
+def job_upper_bound_cost(*, job: "LlmJob") -> Decimal:
+    """The most one attempt of this job can cost at today's price (0 without a price)."""
+    price = price_for_model(model=job.model)
+    if price is None:
+        return Decimal(0)
+    return upper_bound_cost(
+        price, messages=job.messages, system=job.system, max_tokens=job.max_tokens
+    )
+
+
+def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRecord) -> CostEntry:
+    """Book one attempt. Call inside the transaction of the job's transition."""
+    # The price in force when this attempt ran, not when the job first started.
+    price = price_for_model(model=job.model)
+    estimated = False
+    if record.outcome == CostEntry.Outcome.SUCCESS:
+        cost = attempt_cost(price, record.usage) if price else Decimal(0)
+    elif record.maybe_billed and price is not None:
+        cost = upper_bound_cost(
+            price, messages=job.messages, system=job.system, max_tokens=job.max_tokens
+        )
+        estimated = True
+    else:
+        cost = Decimal(0)
+    return CostEntry.objects.create(
+        job=job,
+        attempt=attempt,
+        feature=job.feature,
+        model=job.model,
+        price=price,
+        outcome=record.outcome,
+        http_status=record.http_status,
+        reason_code=record.reason_code,
+        error_type=record.error_type,
+        error_message=record.message[:2000],
+        request_id=record.request_id,
+        latency_ms=record.latency_ms,
+        cost_usd=cost,
+        is_estimated=estimated,
+        retry_delay_seconds=record.retry_delay_seconds,
+        **_usage_fields(record.usage),
+    )
+
+
+def cost_entry_correct_late_result(
+    *, job: "LlmJob", attempt: int, record: AttemptRecord
+) -> CostEntry | None:
+    """Book what an attempt whose outcome was booked as unknown really cost, once it is known.
+
+    Appends one correction row (real cost minus the estimate, the real usage, the real outcome)
+    against the estimated row; returns None when there is nothing to correct (no estimated row,
+    already corrected, or the late result is itself of unknown outcome).
+    """
+    if record.maybe_billed:
+        return None
+    estimated = CostEntry.objects.filter(
+        job=job, attempt=attempt, entry_type=CostEntry.EntryType.ATTEMPT, is_estimated=True
+    ).first()
+    if estimated is None:
+        return None
+    if CostEntry.objects.filter(
+        job=job, attempt=attempt, entry_type=CostEntry.EntryType.CORRECTION
+    ).exists():
+        return None
+    price = estimated.price
+    real = Decimal(0)
+    if record.outcome == CostEntry.Outcome.SUCCESS and price is not None:
+        real = attempt_cost(price, record.usage)
+    return CostEntry.objects.create(
+        job=job,
+        attempt=attempt,
+        entry_type=CostEntry.EntryType.CORRECTION,
+        corrects=estimated,
+        feature=estimated.feature,
+        model=estimated.model,
+        price=price,
+        outcome=record.outcome,
+        http_status=record.http_status,
+        reason_code=record.reason_code,
+        error_type=record.error_type,
+        error_message=record.message[:2000],
+        request_id=record.request_id,
+        latency_ms=record.latency_ms,
+        cost_usd=real - estimated.cost_usd,
+        **_usage_fields(record.usage),
+    )
+
+
+def _usage_fields(usage: dict[str, int]) -> dict[str, int]:
+    return {
+        kind: int(usage.get(kind, 0))
+        for kind in (
+            "input_tokens",
+            "output_tokens",
+            "cache_write_5m_tokens",
+            "cache_write_1h_tokens",
+            "cache_read_tokens",
+        )
+    }
