@@ -22,7 +22,10 @@ from jobs.models import LlmJob
 from tests.alerts.conftest import ROUTING_KEY, SLACK_PATH, WEBHOOK_PATH, dead_letter
 from tests.conftest import submit
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("prices", "no_breaker"),
+]
 
 STORM_FINGERPRINT = "failure:CRITICAL:authentication_failed:email-classify:claude-sonnet-4-6"
 DEDUP_KEY = f"llmops:{STORM_FINGERPRINT}"

@@ -8,7 +8,10 @@ from alerts.models import FailureRecord
 from jobs.models import LlmJob
 from tests.conftest import make_user, submit
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("prices", "no_breaker"),
+]
 
 ALL_PERMS = [
     "view_failurerecord",
