@@ -23,7 +23,9 @@ dropped and timed-out requests are billed (the work was done); error responses b
 Faults: one uniform draw per request; each configured fault owns a slice of its rate, in the
 order given (rates adding up to more than 1 cut the later ones). An injected 429 says
 ``retry-after: 1``; ``spendcap`` (429 with error.details.error_code
-"enforced_spend_limit_reached") has no retry-after and ``x-should-retry: false``. A ``timeout``
+"enforced_spend_limit_reached") has no retry-after and ``x-should-retry: false``; ``credit`` is
+the 400 "Your credit balance is too low". ``garbage`` answers 200 with a non-JSON body
+(``text/html``, a proxy's error page) and is billed like a success. A ``timeout``
 holds the request until the client goes away; if the server shuts down first, the connection
 is cut after a 200 head (as a drop) instead of answering.
 
@@ -48,6 +50,8 @@ import uvicorn
 
 from .responses import (
     FAULT_ERRORS,
+    GARBAGE_BODY,
+    GARBAGE_CONTENT_TYPE,
     ApiError,
     build_message,
     error_body,
@@ -91,8 +95,14 @@ def _encode(payload: Any) -> bytes:
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
-async def _send(send: Send, status: int, body: bytes, headers: Headers | None = None) -> None:
-    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+async def _send(
+    send: Send,
+    status: int,
+    body: bytes,
+    headers: Headers | None = None,
+    content_type: str = "application/json",
+) -> None:
+    raw = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
     raw += [(k.encode(), v.encode()) for k, v in headers or []]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body, "more_body": False})
@@ -279,6 +289,15 @@ class FakeAnthropicApp:
         if fault == "drop":
             state.count_dropped()
             return await self._cut(send, body_out, request_id, len(body_out) // 2)
+        if fault == "garbage":
+            state.count_status(200)
+            return await _send(
+                send,
+                200,
+                GARBAGE_BODY,
+                [("request-id", request_id), *rate_headers],
+                content_type=GARBAGE_CONTENT_TYPE,
+            )
         state.count_status(200)
         await _send(send, 200, body_out, [("request-id", request_id), *rate_headers])
 

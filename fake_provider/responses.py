@@ -17,6 +17,8 @@ from .state import CACHE_TTLS, DEFAULT_CACHE_TTL, FakeProviderState, Price, pric
 __all__ = [
     "ApiError",
     "FAULT_ERRORS",
+    "GARBAGE_BODY",
+    "GARBAGE_CONTENT_TYPE",
     "MessagesRequest",
     "build_message",
     "error_body",
@@ -73,7 +75,20 @@ FAULT_ERRORS: dict[str, tuple[int, str, dict[str, str] | None]] = {
         "You have reached your workspace's enforced spend limit.",
         {"error_code": "enforced_spend_limit_reached"},
     ),
+    # Account-wide, like a revoked key: no request of the account succeeds until credits are
+    # bought. Anthropic answers it as a plain 400.
+    "credit": (
+        400,
+        "Your credit balance is too low to access the Anthropic API. "
+        "Please go to Plans & Billing to upgrade or purchase credits.",
+        None,
+    ),
 }
+
+GARBAGE_BODY = b"<html>upstream proxy error</html>"
+"""The ``garbage`` fault's answer: a 200 whose body is not JSON (a proxy's error page). The
+message was generated and billed before the body was mangled on the way back."""
+GARBAGE_CONTENT_TYPE = "text/html; charset=utf-8"
 
 _VOCABULARY = (
     "alpha bravo cache delta echo fake golden harbor index jitter kernel ledger metric node orbit "

@@ -38,7 +38,7 @@ CACHE_TTLS = {"5m": 300.0, "1h": 3600.0}
 
 FAULT_CODES = (
     "400", "401", "403", "404", "409", "413", "429", "500", "502", "503", "504", "529",
-    "spendcap", "context", "usagelimit", "timeout", "drop",
+    "spendcap", "credit", "context", "usagelimit", "timeout", "drop", "garbage",
 )  # fmt: skip
 
 

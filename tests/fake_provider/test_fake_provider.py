@@ -164,6 +164,7 @@ ERRORS = [
     ("context", 400, "invalid_request_error", anthropic.BadRequestError, False),
     ("usagelimit", 400, "invalid_request_error", anthropic.BadRequestError, False),
     ("spendcap", 429, "rate_limit_error", anthropic.RateLimitError, False),
+    ("credit", 400, "invalid_request_error", anthropic.BadRequestError, False),
 ]
 
 
@@ -185,6 +186,11 @@ def test_it_injects_each_error_fault(
         assert exc.api_message == "Service unavailable"
     if fault == "context":
         assert exc.api_message == "prompt is too long: 210000 tokens > 200000 maximum"
+    if fault == "credit":
+        assert exc.api_message == (
+            "Your credit balance is too low to access the Anthropic API. "
+            "Please go to Plans & Billing to upgrade or purchase credits."
+        )
     if fault == "spendcap":
         assert exc.error_code == "enforced_spend_limit_reached"
         assert exc.api_message == "You have reached your workspace's enforced spend limit."
@@ -224,6 +230,25 @@ def test_it_drops_the_connection_after_billing(url: str) -> None:
     assert "RemoteProtocolError" in repr(caught.value.__cause__)
     seen = stats(url)
     assert seen["requests"] == 1 and seen["dropped"] == 1 and seen["by_status"] == {}
+    assert seen["billed"]["output_tokens"] > 0 and Decimal(seen["billed"]["cost_usd"]) > 0
+
+
+def test_it_answers_garbage_with_a_200_and_bills_it(url: str) -> None:
+    configure(url, faults={"garbage": 1.0})
+    raw = sdk(url).messages.with_raw_response.create(
+        model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+    )
+    assert raw.status_code == 200
+    assert raw.headers["content-type"].startswith("text/html")
+    assert raw.headers["request-id"].startswith("req_")
+    assert raw.http_response.text == "<html>upstream proxy error</html>"
+    with pytest.raises(ValueError):
+        json.loads(raw.http_response.text)
+    # The SDK hands back the text of a body that is not JSON instead of a Message.
+    assert raw.parse() == "<html>upstream proxy error</html>"
+    seen = stats(url)
+    assert seen["requests"] == 1 and seen["by_status"] == {"200": 1}
+    assert seen["dropped"] == 0 and seen["timed_out"] == 0
     assert seen["billed"]["output_tokens"] > 0 and Decimal(seen["billed"]["cost_usd"]) > 0
 
 
