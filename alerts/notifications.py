@@ -129,7 +129,7 @@ def alert_create(
     if not destinations:
         logger.warning("alert %s (%s %s): no destination configured", alert.id, severity, title)
     delivery_ids = [d.id for d in deliveries]
-    transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids))
+    transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids), robust=True)
     return alert
 
 

@@ -205,6 +205,26 @@ def test_an_idempotency_key_reused_with_another_body_conflicts(alice_client):
     assert LlmJob.objects.count() == 1
 
 
+def test_idempotency_keys_compare_byte_for_byte(alice_client, alice):
+    """MariaDB's default collation folds case and trailing spaces; keys must not."""
+    ids = {
+        alice_client.post(
+            "/api/v1/jobs/", job_body(), format="json", HTTP_IDEMPOTENCY_KEY=key
+        ).json()["id"]
+        for key in ("Key-A", "key-a", "KEY-A", "Straße", "STRASSE")
+    }
+    assert len(ids) == 5
+    # Trailing spaces cannot travel in an HTTP header; the service compares them exactly too.
+    from jobs.services import job_submit
+
+    first, created = job_submit(user=alice, data=job_body(), idempotency_key="order 7")
+    padded, padded_created = job_submit(user=alice, data=job_body(), idempotency_key="order 7 ")
+    assert created and padded_created and first.id != padded.id
+    again, again_created = job_submit(user=alice, data=job_body(), idempotency_key="order 7 ")
+    assert again.id == padded.id and not again_created
+    assert LlmJob.objects.count() == 7
+
+
 def test_list_is_newest_first_filtered_and_paginated(alice_client):
     a = submit(alice_client, feature="alpha")
     b = submit(alice_client, feature="beta")

@@ -2,6 +2,7 @@ from alerts.dispatch import alert_deliveries_resume, alert_failures_resume
 from alerts.notifications import alert_failure_incidents_check
 from alerts.queue_health import queue_health_check
 from alerts.retry_health import retry_overdue_check
+from alerts.services import bulk_requeues_resume
 from llmops.loops import LoopCommand
 
 
@@ -11,7 +12,7 @@ class Command(LoopCommand):
         "raise a WARNING over the threshold and resolve it when it clears; the same for the "
         "oldest overdue retry (LLM_OVERDUE_RETRY_ALERT_SECONDS); re-enqueue the alerts of "
         "failures and the alert deliveries Redis lost; resolve failure alerts whose DLQ "
-        "records are all handled. Once, or --loop, surviving Redis and database errors."
+        "records are all handled; resume bulk requeues Redis lost. Once, or --loop, surviving Redis and database errors."
     )
     loop_name = "monitor"
     interval_setting = "ALERT_MONITOR_INTERVAL"
@@ -22,7 +23,10 @@ class Command(LoopCommand):
         resumed = alert_deliveries_resume()
         realerted = alert_failures_resume()
         cleared = alert_failure_incidents_check()
+        bulk = bulk_requeues_resume()
         lines = []
+        if bulk:
+            lines.append(f"monitor: resumed {bulk} bulk requeues lost from Redis")
         if resumed:
             lines.append(f"monitor: resumed {resumed} alert deliveries lost from Redis")
         if realerted or not self.looping:
