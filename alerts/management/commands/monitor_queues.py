@@ -12,7 +12,8 @@ class Command(LoopCommand):
         "raise a WARNING over the threshold and resolve it when it clears; the same for the "
         "oldest overdue retry (LLM_OVERDUE_RETRY_ALERT_SECONDS); re-enqueue the alerts of "
         "failures and the alert deliveries Redis lost; resolve failure alerts whose DLQ "
-        "records are all handled; resume bulk requeues Redis lost. Once, or --loop, surviving Redis and database errors."
+        "records are all handled; resume bulk requeues Redis lost. Once, or --loop, "
+        "surviving Redis and database errors."
     )
     loop_name = "monitor"
     interval_setting = "ALERT_MONITOR_INTERVAL"
