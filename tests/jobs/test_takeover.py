@@ -1,0 +1,433 @@
+"""Takeovers on the real stack: real `manage.py rqworker` processes, the real reconciler, the
+fake provider over HTTP, MariaDB and Redis, and a real network cut (tests/netcut.py).
+
+- A live worker's heartbeat keeps a call longer than the stale threshold its own: one call, one
+  ledger row, one attempt, while the reconciler runs.
+- A worker cut off from Redis and the database long enough to be taken over still books what
+  its paid call really cost (an append-only correction), and completes the job if no newer
+  attempt started.
+- With the default settings, a job whose worker was killed with -9 calls the provider again
+  within two minutes.
+"""
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import django_rq
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from jobs.models import LlmJob
+from jobs.reconciler import reconcile_jobs
+from jobs.runner import _Heartbeat
+from ledger.models import CostEntry
+from llmops.queues import LLM_QUEUE, job_lock_key
+from tests.conftest import ROOT, FakeProvider, submit
+from tests.jobs.test_reconciler import _env_for_subprocess, kill_process_tree
+from tests.netcut import NetCut
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
+
+
+# --- Helpers ------------------------------------------------------------------------------------
+
+
+def wait_for(condition: Callable[[], Any], *, timeout: float, what: str, every: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(every)
+
+
+class Processes:
+    """Starts `manage.py` commands with their output in a log file; stops every one of them."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def start(self, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+        log = self.log_dir / f"{len(self.started)}-{args[0]}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "manage.py", *args],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        self.started.append((process, log))
+        return process
+
+    def logs(self) -> str:
+        """The tail of every process's output, for an assertion message."""
+        return "\n".join(
+            f"--- {log.name} ---\n{log.read_text(errors='replace')[-3000:]}"
+            for _, log in self.started
+        )
+
+    def stop_all(self) -> None:
+        for process, _ in self.started:
+            if process.poll() is None:
+                kill_process_tree(process.pid)
+            process.wait(timeout=10)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    started = Processes(tmp_path)
+    try:
+        yield started
+    finally:
+        started.stop_all()
+
+
+def worker_env(fake_provider: FakeProvider, **extra: str) -> dict[str, str]:
+    env = _env_for_subprocess()
+    env["ANTHROPIC_BASE_URL"] = fake_provider.url
+    env.update(extra)
+    return env
+
+
+def status_of(job: LlmJob) -> str:
+    return LlmJob.objects.values_list("status", flat=True).get(id=job.id)
+
+
+def requests_seen(fake_provider: FakeProvider) -> int:
+    return int(fake_provider.stats()["requests"])
+
+
+def nothing_in_flight(fake_provider: FakeProvider) -> bool:
+    """Every request the fake provider received has been answered (or dropped)."""
+    stats = fake_provider.stats()
+    done = sum(stats["by_status"].values()) + stats["dropped"] + stats["timed_out"]
+    return bool(stats["requests"]) and done == stats["requests"]
+
+
+def billed(fake_provider: FakeProvider) -> Decimal:
+    return Decimal(fake_provider.stats()["billed"]["cost_usd"])
+
+
+# --- 1. The heartbeat keeps a long call its own -------------------------------------------------
+
+
+def test_a_call_longer_than_the_stale_threshold_runs_once_while_the_reconciler_passes(
+    alice_client, fake_provider, settings, processes
+):
+    settings.LLM_STALE_AFTER_SECONDS = 2
+    fake_provider.faults({}, latency_ms="6000")
+    job = submit(alice_client)
+    # Lock ttl = 4 heartbeats = 2 s: without beats from the heartbeat thread the lock would be
+    # gone and the heartbeat stale a third of the way through the call.
+    worker = processes.start(
+        worker_env(fake_provider, LLM_HEARTBEAT_SECONDS="0.5"), "rqworker", LLM_QUEUE, "--burst"
+    )
+    recovered, passes_while_running, heartbeats = [], 0, set()
+    deadline = time.monotonic() + 60
+    while worker.poll() is None:
+        assert time.monotonic() < deadline, processes.logs()
+        recovered.append(reconcile_jobs().recovered_stale)
+        status, heartbeat_at = (
+            LlmJob.objects.values_list("status", "heartbeat_at").filter(id=job.id).get()
+        )
+        if status == LlmJob.Status.RUNNING:
+            passes_while_running += 1
+            heartbeats.add(heartbeat_at)
+        time.sleep(0.5)
+    assert worker.returncode == 0, processes.logs()
+
+    job.refresh_from_db()
+    assert job.status == LlmJob.Status.COMPLETED and job.attempts == 1, processes.logs()
+    assert set(recovered) == {0}
+    assert passes_while_running >= 8  # the reconciler ran all through the call
+    (entry,) = CostEntry.objects.filter(job=job)
+    assert entry.outcome == CostEntry.Outcome.SUCCESS and entry.latency_ms >= 6000
+    assert requests_seen(fake_provider) == 1
+    # The heartbeat moved on during the call, well past the stale threshold.
+    assert max(heartbeats) - min(heartbeats) >= timedelta(seconds=3)
+
+
+def test_the_heartbeat_extends_a_lock_taken_on_another_thread_and_outlives_an_error(
+    alice_client, settings, caplog
+):
+    settings.LLM_HEARTBEAT_SECONDS = 0.2  # lock ttl: the 2 s floor
+    job = submit(alice_client)
+    started = timezone.now() - timedelta(minutes=1)
+    LlmJob.objects.filter(id=job.id).update(status="running", attempts=1, heartbeat_at=started)
+    redis = django_rq.get_connection(LLM_QUEUE)
+    key = job_lock_key(job.id)
+
+    # The fault: redis-py keeps a lock's token in a thread-local by default, so a lock taken on
+    # the worker's main thread cannot be extended from the heartbeat thread.
+    thread_local_lock = redis.lock(key, timeout=2, blocking=False)
+    assert thread_local_lock.acquire(blocking=False)
+    redis.pexpire(key, 1000)
+
+    def beat_once_elsewhere() -> None:
+        _Heartbeat(job.id, thread_local_lock).beat()
+        connection.close()
+
+    beat_elsewhere = threading.Thread(target=beat_once_elsewhere)
+    beat_elsewhere.start()
+    beat_elsewhere.join()
+    assert redis.pttl(key) <= 1000  # not extended: this test would catch the fault
+    redis.delete(key)
+    started = LlmJob.objects.get(id=job.id).heartbeat_at
+
+    # The lock as job_run takes it (jobs/runner.py), on this (the main) thread.
+    lock = redis.lock(key, timeout=2, blocking=False, thread_local=False)
+    assert lock.acquire(blocking=False)
+    redis.pexpire(key, 500)
+    with _Heartbeat(job.id, lock) as heartbeat:
+        wait_for(
+            lambda: LlmJob.objects.get(id=job.id).heartbeat_at > started,
+            timeout=5,
+            what="a first beat",
+        )
+        assert redis.pttl(key) > 1000  # extended to 2 s from the heartbeat thread
+
+        # Kill the heartbeat thread's database connection: its next row update raises.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s "
+                "AND ID <> CONNECTION_ID()",
+                [connection.settings_dict["NAME"]],
+            )
+            others = [row[0] for row in cursor.fetchall()]
+            assert others, "the heartbeat thread holds no database connection"
+            for connection_id in others:
+                cursor.execute(f"KILL CONNECTION {int(connection_id)}")
+        killed_at = timezone.now()
+        wait_for(
+            lambda: any("could not reach the database" in r.getMessage() for r in caplog.records),
+            timeout=5,
+            what="a beat that fails on the database",
+        )
+        beats_after_error = heartbeat.beats
+        # ... and the beats go on: the row is updated again, the lock kept past its ttl.
+        wait_for(
+            lambda: LlmJob.objects.get(id=job.id).heartbeat_at > killed_at,
+            timeout=5,
+            what="a beat after the error",
+        )
+        time.sleep(2.5)
+        assert heartbeat.beats > beats_after_error + 5
+        assert redis.pttl(key) > 1000
+        assert heartbeat.thread.is_alive()
+    assert lock.owned()
+    lock.release()
+
+
+# --- 2. A late result after a takeover ----------------------------------------------------------
+
+
+def _start_cut_off_worker(
+    processes: Processes, fake_provider: FakeProvider, database: NetCut, redis: NetCut
+) -> subprocess.Popen[bytes]:
+    """A burst SimpleWorker (a forking worker's main process would die on the Redis cut) that
+    reaches MariaDB and Redis only through the forwarders."""
+    db = connection.settings_dict
+    redis_db = django_rq.get_connection(LLM_QUEUE).connection_pool.connection_kwargs["db"]
+    env = worker_env(
+        fake_provider,
+        DATABASE_URL=(
+            f"mysql://{db['USER']}:{db['PASSWORD']}@127.0.0.1:{database.port}/{db['NAME']}"
+        ),
+        REDIS_URL=f"redis://127.0.0.1:{redis.port}/{redis_db}",
+        LLM_HEARTBEAT_SECONDS="0.5",
+        LLM_RECORD_RETRY_SECONDS="60",
+    )
+    return processes.start(
+        env, "rqworker", LLM_QUEUE, "--burst", "--worker-class", "rq.worker.SimpleWorker"
+    )
+
+
+@pytest.fixture
+def netcuts() -> Iterator[tuple[NetCut, NetCut]]:
+    db = connection.settings_dict
+    pool = django_rq.get_connection(LLM_QUEUE).connection_pool.connection_kwargs
+    with (
+        NetCut(db["HOST"] or "127.0.0.1", int(db["PORT"] or 3306)) as database,
+        NetCut(pool.get("host", "127.0.0.1"), int(pool.get("port", 6379))) as redis,
+    ):
+        yield database, redis
+
+
+def _take_over_a_cut_off_worker(
+    job: LlmJob, worker: subprocess.Popen[bytes], processes: Processes,
+    fake_provider: FakeProvider, netcuts: tuple[NetCut, NetCut], settings: Any,
+) -> CostEntry:  # fmt: skip
+    """Cut the worker off mid-call, let its lock expire, and take the job over as the reconciler
+    does. Returns the estimated ledger row of the taken-over attempt."""
+    wait_for(
+        lambda: status_of(job) == LlmJob.Status.RUNNING and requests_seen(fake_provider) == 1,
+        timeout=30,
+        what=f"the worker to start the call\n{processes.logs()}",
+    )
+    time.sleep(1)  # a beat or two through the forwarders
+    for cut in netcuts:
+        cut.cut()
+    redis = django_rq.get_connection(LLM_QUEUE)
+    wait_for(
+        lambda: not redis.exists(job_lock_key(job.id)),
+        timeout=10,
+        what="the cut-off worker's lock to expire",
+    )
+    settings.LLM_STALE_AFTER_SECONDS = 1
+    assert worker.poll() is None, processes.logs()
+    report = reconcile_jobs()
+    assert report.recovered_stale == 1, (str(report), processes.logs())
+    job.refresh_from_db()
+    assert job.status == LlmJob.Status.RETRYING and job.attempts == 1
+    (estimate,) = CostEntry.objects.filter(job=job)
+    assert estimate.outcome == CostEntry.Outcome.UNKNOWN and estimate.is_estimated
+    assert estimate.cost_usd > 0
+    return estimate
+
+
+def _let_the_late_result_in(
+    worker: subprocess.Popen[bytes], processes: Processes,
+    fake_provider: FakeProvider, netcuts: tuple[NetCut, NetCut],
+) -> None:  # fmt: skip
+    """The paid call returns while the worker is still cut off (it keeps trying to record the
+    result); the network comes back; the worker records it and exits."""
+    wait_for(
+        lambda: nothing_in_flight(fake_provider),
+        timeout=20,
+        what="the cut-off worker's call to return",
+    )
+    time.sleep(1.5)
+    assert worker.poll() is None, processes.logs()
+    for cut in netcuts:
+        cut.restore()
+    assert worker.wait(timeout=60) == 0, processes.logs()
+    # The result came back while the database was cut off, and the worker rode that out.
+    assert "recording an attempt failed on the database" in processes.logs()
+
+
+def test_a_late_result_after_a_takeover_is_booked_as_a_correction_and_completes_the_job(
+    alice_client, fake_provider, workers, settings, processes, netcuts
+):
+    fake_provider.faults({}, latency_ms="8000")
+    job = submit(alice_client)
+    worker = _start_cut_off_worker(processes, fake_provider, *netcuts)
+    estimate = _take_over_a_cut_off_worker(job, worker, processes, fake_provider, netcuts, settings)
+    _let_the_late_result_in(worker, processes, fake_provider, netcuts)
+
+    job.refresh_from_db()
+    assert job.status == LlmJob.Status.COMPLETED, processes.logs()
+    assert job.attempts == 1 and job.output_text
+    entries = list(CostEntry.objects.filter(job=job).order_by("created_at"))
+    assert len(entries) == 2
+    correction = entries[1]
+    assert correction.entry_type == CostEntry.EntryType.CORRECTION
+    assert correction.corrects_id == estimate.id and correction.attempt == 1
+    assert correction.outcome == CostEntry.Outcome.SUCCESS
+    # The ledger holds exactly what the provider billed.
+    assert sum(e.cost_usd for e in entries) == job.cost_usd == billed(fake_provider)
+    assert job.cost_usd > 0
+
+    # The retry the takeover scheduled was dropped: running it makes no second call.
+    assert workers.release_scheduled() == 1
+    workers.work_once()
+    assert requests_seen(fake_provider) == 1
+    job.refresh_from_db()
+    assert job.status == LlmJob.Status.COMPLETED and job.attempts == 1
+    assert CostEntry.objects.filter(job=job).count() == 2
+
+
+def test_a_late_result_after_a_newer_attempt_started_only_corrects_the_ledger(
+    alice_client, fake_provider, workers, settings, processes, netcuts
+):
+    fake_provider.faults({}, latency_ms="8000")
+    job = submit(alice_client)
+    worker = _start_cut_off_worker(processes, fake_provider, *netcuts)
+    estimate = _take_over_a_cut_off_worker(job, worker, processes, fake_provider, netcuts, settings)
+    # The retry runs (on this process's own connections) while the cut-off call is pending.
+    fake_provider.faults({}, latency_ms="0")
+    assert workers.release_scheduled() == 1
+    workers.work_once()
+    job.refresh_from_db()
+    assert job.status == LlmJob.Status.COMPLETED and job.attempts == 2
+    retry_output, retry_cost = job.output_text, job.cost_usd
+    assert requests_seen(fake_provider) == 2
+
+    _let_the_late_result_in(worker, processes, fake_provider, netcuts)
+
+    job.refresh_from_db()
+    assert job.status == LlmJob.Status.COMPLETED and job.attempts == 2
+    assert job.output_text == retry_output
+    entries = list(CostEntry.objects.filter(job=job).order_by("created_at"))
+    assert [(e.attempt, e.entry_type, e.outcome) for e in entries] == [
+        (1, CostEntry.EntryType.ATTEMPT, CostEntry.Outcome.UNKNOWN),
+        (2, CostEntry.EntryType.ATTEMPT, CostEntry.Outcome.SUCCESS),
+        (1, CostEntry.EntryType.CORRECTION, CostEntry.Outcome.SUCCESS),
+    ], processes.logs()
+    assert entries[2].corrects_id == estimate.id
+    # Two calls billed, two calls in the ledger.
+    assert sum(e.cost_usd for e in entries) == job.cost_usd == billed(fake_provider)
+    assert job.cost_usd < retry_cost  # the estimate was the upper bound; the real cost is less
+    assert requests_seen(fake_provider) == 2
+
+
+# --- 3. kill -9, default settings ---------------------------------------------------------------
+
+
+def test_a_job_whose_worker_is_killed_calls_the_provider_again_within_two_minutes(
+    alice_client, fake_provider, processes
+):
+    """Default LLM_HEARTBEAT_SECONDS, LLM_STALE_AFTER_SECONDS, LLM_RECONCILE_INTERVAL,
+    LLM_OVERDUE_RETRY_SECONDS and LLM_RETRY_DELAY_SCALE in every process started here."""
+    # Long enough that the first call is still pending at the kill, short enough that the fake
+    # provider has finished with it before this test ends.
+    fake_provider.faults({}, latency_ms="40000")
+    job = submit(alice_client)
+    env = {
+        name: value
+        for name, value in worker_env(fake_provider).items()
+        if not name.startswith("LLM_")
+    }
+    processes.start(env, "reconcile_jobs", "--loop")
+    worker = processes.start(env, "rqworker", LLM_QUEUE, "--with-scheduler")
+    wait_for(
+        lambda: status_of(job) == LlmJob.Status.RUNNING and requests_seen(fake_provider) == 1,
+        timeout=60,
+        what=f"the worker to start the call\n{processes.logs()}",
+    )
+    kill_process_tree(worker.pid)
+    killed_at = time.monotonic()
+    fake_provider.faults({}, latency_ms="0")
+    # As respawn would: a fresh worker at once. It cannot take rq's scheduler lock while the
+    # dead scheduler's lock lives, so the retry moves through the reconciler's overdue pass.
+    processes.start(env, "rqworker", LLM_QUEUE, "--with-scheduler")
+    wait_for(
+        lambda: requests_seen(fake_provider) >= 2,
+        timeout=150,
+        what=f"the second provider call\n{processes.logs()}",
+        every=0.25,
+    )
+    seconds = time.monotonic() - killed_at
+    print(f"kill -9 to the second provider call: {seconds:.1f} s")
+    assert seconds < 120, processes.logs()
+    wait_for(
+        lambda: status_of(job) == LlmJob.Status.COMPLETED,
+        timeout=30,
+        what=f"the job to complete\n{processes.logs()}",
+    )
+    job.refresh_from_db()
+    assert job.attempts == 2
+    assert [
+        (e.attempt, e.reason_code, e.outcome) for e in job.cost_entries.order_by("attempt")
+    ] == [
+        (1, "worker_lost", CostEntry.Outcome.UNKNOWN),
+        (2, "", CostEntry.Outcome.SUCCESS),
+    ]
