@@ -16,6 +16,7 @@ from django.core.mail import get_connection, send_mail
 
 from alerts import targets
 from alerts.targets import scrub
+from llmops.queues import KEY_PREFIX
 
 __all__ = ["SENDERS", "AlertMessage", "DeliveryError", "send"]
 
@@ -47,7 +48,7 @@ class AlertMessage:
     def dedup_key(self) -> str:
         # One PagerDuty incident per fingerprint: a follow-up after the dedup window updates the
         # open incident, and a resolve closes the incident its trigger opened.
-        return f"llmops:{self.fingerprint}"[:255]
+        return f"{KEY_PREFIX}{self.fingerprint}"[:255]
 
     @property
     def is_resolve(self) -> bool:

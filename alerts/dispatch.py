@@ -23,10 +23,16 @@ from django.utils import timezone
 from alerts.delivery import AlertMessage, DeliveryError, send
 from alerts.models import Alert, AlertDelivery, FailureRecord
 from alerts.targets import redact_target, scrub
+from llmops.queues import (
+    ALERT_FOR_FAILURE_TASK,
+    ALERTS_QUEUE,
+    DELIVER_ALERT_TASK,
+    FINGERPRINT_CHECK_TASK,
+    alert_for_failure_job_id,
+)
 from llmops.rq_jobs import rq_job_is_alive, rq_jobs_fetch
 
 __all__ = [
-    "ALERTS_QUEUE",
     "alert_deliveries_resume",
     "alert_delivery_attempt",
     "alert_failures_resume",
@@ -37,13 +43,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ALERTS_QUEUE = "alerts"
-DELIVER_TASK = "alerts.tasks.deliver_alert"
 LOST_DELIVERY_GRACE_SECONDS = 300.0
 """A pending delivery this far past its due time lost its RQ job: far longer than a delivery job
 may run (``_job_timeout``) plus the scheduler's poll, so a merely busy queue is rarely hit."""
-ALERT_FOR_FAILURE_TASK = "alerts.tasks.alert_for_failure"
-FINGERPRINT_CHECK_TASK = "alerts.tasks.failure_fingerprint_check"
 UNALERTED_FAILURE_GRACE_SECONDS = 120.0
 """A failure still unalerted this long after it was created lost its alert job: the alerts worker
 needs milliseconds per failure, so only a Redis flush or failover, or an alerts worker stopped
@@ -54,7 +56,7 @@ def deliveries_enqueue(*, delivery_ids: list[int], attempt: int = 1) -> None:
     queue = django_rq.get_queue(ALERTS_QUEUE)
     for delivery_id in delivery_ids:
         # One RQ job per destination: a slow or failing one never holds up the others.
-        queue.enqueue(DELIVER_TASK, delivery_id, attempt, job_timeout=_job_timeout())
+        queue.enqueue(DELIVER_ALERT_TASK, delivery_id, attempt, job_timeout=_job_timeout())
 
 
 def alert_deliveries_resume(*, grace_seconds: float = LOST_DELIVERY_GRACE_SECONDS) -> int:
@@ -85,14 +87,9 @@ def alert_deliveries_resume(*, grace_seconds: float = LOST_DELIVERY_GRACE_SECOND
     return resumed
 
 
-def failure_alert_job_id(failure_id: int) -> str:
-    # A fixed RQ job id per record lets the sweep tell a job still waiting from one Redis lost.
-    return f"alert-for-failure-{failure_id}"
-
-
 def failure_alert_enqueue(*, failure_id: int) -> None:
     django_rq.get_queue(ALERTS_QUEUE).enqueue(
-        ALERT_FOR_FAILURE_TASK, failure_id, job_id=failure_alert_job_id(failure_id)
+        ALERT_FOR_FAILURE_TASK, failure_id, job_id=alert_for_failure_job_id(failure_id)
     )
 
 
@@ -116,7 +113,7 @@ def alert_failures_resume(*, grace_seconds: float = UNALERTED_FAILURE_GRACE_SECO
         .values_list("id", flat=True)
     )
     queue = django_rq.get_queue(ALERTS_QUEUE)
-    rq_jobs = rq_jobs_fetch(queue=queue, job_ids=[failure_alert_job_id(i) for i in ids])
+    rq_jobs = rq_jobs_fetch(queue=queue, job_ids=[alert_for_failure_job_id(i) for i in ids])
     resumed = 0
     for failure_id, rq_job in zip(ids, rq_jobs, strict=True):
         if rq_job_is_alive(rq_job):
@@ -259,7 +256,7 @@ def _record_attempt(
             # Our own retries, like the LLM jobs': the alerts worker's scheduler runs it when due.
             django_rq.get_queue(ALERTS_QUEUE).enqueue_in(
                 timedelta(seconds=delay),
-                DELIVER_TASK,
+                DELIVER_ALERT_TASK,
                 delivery_id,
                 next_attempt,
                 job_timeout=_job_timeout(),

@@ -64,8 +64,9 @@ def main() -> None:
     from jobs.models import LlmJob
     from jobs.services import job_submit
     from ledger.models import CostEntry
+    from llmops.queues import LLM_QUEUE
 
-    django_rq.get_connection("llm").flushdb()
+    django_rq.get_connection(LLM_QUEUE).flushdb()
     fake = subprocess.Popen(
         [py, "manage.py", "fake_anthropic", "--port", str(port), "--latency-ms", LATENCY_MS],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
@@ -93,7 +94,7 @@ def main() -> None:
         run_started = time.perf_counter()
         workers = [
             subprocess.Popen(
-                [py, "manage.py", "rqworker", "llm", "--burst"],
+                [py, "manage.py", "rqworker", LLM_QUEUE, "--burst"],
                 cwd=ROOT,
                 env=env,
                 stdout=subprocess.DEVNULL,

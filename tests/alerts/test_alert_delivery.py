@@ -107,10 +107,11 @@ def test_a_failing_destination_is_retried_on_schedule_then_failed_without_blocki
         delays.append(delay)
         alert_worker.release_scheduled()
         alert_worker.work_once()
-    # The scheduled registry keeps whole seconds.
-    assert [d - expected for d, expected in zip(delays, [5, 30, 120], strict=True)] == [
-        pytest.approx(0, abs=1.5)
-    ] * 3
+    # The scheduled registry keeps whole seconds, and the delay is read only after the burst
+    # worker has finished (seconds later on a loaded machine): never late, at most a little early.
+    assert len(delays) == 3
+    for delay, expected in zip(delays, [5, 30, 120], strict=True):
+        assert expected - 5 <= delay <= expected + 1.5, delays
 
     (alert,) = Alert.objects.all()
     failed = AlertDelivery.objects.get(alert=alert, kind="webhook")
