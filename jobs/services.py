@@ -486,10 +486,12 @@ def job_requeue(*, job: LlmJob, model: str | None = None) -> bool:
     failed_reason = job.error_code
     job.refresh_from_db()
     if updated:
+        # Enqueued first: its push then runs before the breaker's release of held jobs, which
+        # would otherwise find this job's RQ job not yet pushed and enqueue a second copy.
+        job_enqueue(job=job)
         if breaker.is_account_wide(failed_reason):
             # Requeuing a job the account-wide failure dead-lettered says "fixed, try again";
             # if it is not fixed, this job opens the breaker again at its first call.
             breaker.breaker_close(reason=f"job {job.id} ({failed_reason}) requeued")
-        job_enqueue(job=job)
         transition_committed(job, Transition.REQUEUED)
     return bool(updated)
