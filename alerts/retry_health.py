@@ -23,6 +23,7 @@ from alerts.notifications import (
     trigger_destinations,
 )
 from alerts.routing import destinations_for
+from jobs.breaker import breaker_probe_due
 from jobs.models import LlmJob
 from jobs.selectors import job_oldest_overdue_retry
 from llmops.queues import LLM_QUEUE
@@ -51,6 +52,14 @@ class RetryOverdue:
         return f"retries: {oldest} (threshold {self.threshold_seconds:g}s){sent}"
 
 
+def _oldest_overdue(*, due_before: datetime) -> LlmJob | None:
+    # Retries held by an open provider circuit breaker wait on purpose; the failure that opened
+    # it has already paged.
+    if breaker_probe_due() is not None:
+        return None
+    return job_oldest_overdue_retry(due_before=due_before)
+
+
 def retry_overdue_check(
     *, now: datetime | None = None, threshold_seconds: float | None = None
 ) -> RetryOverdue:
@@ -60,7 +69,7 @@ def retry_overdue_check(
     )
     now = now or timezone.now()
     due_before = now - timedelta(seconds=threshold)
-    job = job_oldest_overdue_retry(due_before=due_before)
+    job = _oldest_overdue(due_before=due_before)
     open_alert = AlertFingerprint.objects.filter(
         fingerprint=RETRY_OVERDUE_FINGERPRINT, active=True
     ).exists()
@@ -70,7 +79,7 @@ def retry_overdue_check(
         with transaction.atomic():
             state = fingerprint_lock(fingerprint=RETRY_OVERDUE_FINGERPRINT)
             # Read again under the lock: another monitor may have decided meanwhile.
-            job = job_oldest_overdue_retry(due_before=due_before)
+            job = _oldest_overdue(due_before=due_before)
             alert = _decide(
                 state_active=state.active,
                 job=job,

@@ -99,7 +99,8 @@ def requeue_waiting_jobs(
         limit = 1  # the breaker is open: one job goes out as its probe call
     waiting = LlmJob.objects.filter(
         Q(status=LlmJob.Status.QUEUED, enqueued_at__lt=cutoff)
-        | Q(status=LlmJob.Status.RETRYING, next_attempt_at__lt=cutoff)
+        # A retry is looked at once lost (grace) or overdue, whichever comes first.
+        | Q(status=LlmJob.Status.RETRYING, next_attempt_at__lt=max(cutoff, overdue_cutoff))
     )
     after = None
     for _ in range(MAX_BATCHES_PER_PASS):

@@ -1,8 +1,8 @@
 """The retry table: how each provider failure is classified, retried and dead-lettered.
 
-This module is the one place for those rules (DESIGN.md, "Retry policy"). The provider client
-reports what happened (``ProviderOutcome``); ``classify`` names the failure class; ``decide``
-chooses between a delayed retry and the dead-letter queue.
+This module is the one place for those rules (docs/architecture.md, "Retry policy"). The
+provider client reports what happened (``ProviderOutcome``); ``classify`` names the failure
+class; ``decide`` chooses between a delayed retry and the dead-letter queue.
 """
 
 import random

@@ -39,8 +39,6 @@ class Transition(StrEnum):
     """failed -> queued: from the DLQ, with a fresh retry budget"""
     RECOVERED = "recovered"
     """running -> retrying|failed: the reconciler found the worker gone mid-attempt"""
-    HELD = "held"
-    """running -> queued: the provider's circuit breaker is open; no attempt was used"""
 
 
 Subscriber = Callable[["LlmJob", Transition], None]

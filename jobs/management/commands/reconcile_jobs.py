@@ -1,4 +1,4 @@
-from jobs.reconciler import ReconcileReport, reconcile_jobs
+from jobs.reconciler import reconcile_jobs
 from llmops.loops import LoopCommand
 
 
@@ -12,7 +12,8 @@ class Command(LoopCommand):
 
     def run_pass(self) -> str:
         report = reconcile_jobs()
-        # Under --loop, only a pass that found something (any count, any flag) is worth a line.
-        if report != ReconcileReport() or not self.looping:
+        # Under --loop, only a pass that changed something is worth a line (an open breaker is
+        # logged by the breaker and shown in the admin, not repeated every pass).
+        if report.changed or not self.looping:
             return f"reconcile: {report}"
         return ""
