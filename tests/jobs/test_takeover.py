@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,12 @@ def status_of(job: LlmJob) -> str:
     return LlmJob.objects.values_list("status", flat=True).get(id=job.id)
 
 
+def heartbeat_of(job: LlmJob) -> datetime:
+    heartbeat_at = LlmJob.objects.values_list("heartbeat_at", flat=True).get(id=job.id)
+    assert heartbeat_at is not None
+    return heartbeat_at
+
+
 def requests_seen(fake_provider: FakeProvider) -> int:
     return int(fake_provider.stats()["requests"])
 
@@ -131,17 +137,15 @@ def test_a_call_longer_than_the_stale_threshold_runs_once_while_the_reconciler_p
     worker = processes.start(
         worker_env(fake_provider, LLM_HEARTBEAT_SECONDS="0.5"), "rqworker", LLM_QUEUE, "--burst"
     )
-    recovered, passes_while_running, heartbeats = [], 0, set()
+    recovered: list[int] = []
+    passes_while_running, heartbeats = 0, set()
     deadline = time.monotonic() + 60
     while worker.poll() is None:
         assert time.monotonic() < deadline, processes.logs()
         recovered.append(reconcile_jobs().recovered_stale)
-        status, heartbeat_at = (
-            LlmJob.objects.values_list("status", "heartbeat_at").filter(id=job.id).get()
-        )
-        if status == LlmJob.Status.RUNNING:
+        if status_of(job) == LlmJob.Status.RUNNING:
             passes_while_running += 1
-            heartbeats.add(heartbeat_at)
+            heartbeats.add(heartbeat_of(job))
         time.sleep(0.5)
     assert worker.returncode == 0, processes.logs()
 
@@ -150,7 +154,7 @@ def test_a_call_longer_than_the_stale_threshold_runs_once_while_the_reconciler_p
     assert set(recovered) == {0}
     assert passes_while_running >= 8  # the reconciler ran all through the call
     (entry,) = CostEntry.objects.filter(job=job)
-    assert entry.outcome == CostEntry.Outcome.SUCCESS and entry.latency_ms >= 6000
+    assert entry.outcome == CostEntry.Outcome.SUCCESS and (entry.latency_ms or 0) >= 6000
     assert requests_seen(fake_provider) == 1
     # The heartbeat moved on during the call, well past the stale threshold.
     assert max(heartbeats) - min(heartbeats) >= timedelta(seconds=3)
@@ -181,7 +185,7 @@ def test_the_heartbeat_extends_a_lock_taken_on_another_thread_and_outlives_an_er
     beat_elsewhere.join()
     assert redis.pttl(key) <= 1000  # not extended: this test would catch the fault
     redis.delete(key)
-    started = LlmJob.objects.get(id=job.id).heartbeat_at
+    started = heartbeat_of(job)
 
     # The lock as job_run takes it (jobs/runner.py), on this (the main) thread.
     lock = redis.lock(key, timeout=2, blocking=False, thread_local=False)
@@ -189,7 +193,7 @@ def test_the_heartbeat_extends_a_lock_taken_on_another_thread_and_outlives_an_er
     redis.pexpire(key, 500)
     with _Heartbeat(job.id, lock) as heartbeat:
         wait_for(
-            lambda: LlmJob.objects.get(id=job.id).heartbeat_at > started,
+            lambda: heartbeat_of(job) > started,
             timeout=5,
             what="a first beat",
         )
@@ -215,7 +219,7 @@ def test_the_heartbeat_extends_a_lock_taken_on_another_thread_and_outlives_an_er
         beats_after_error = heartbeat.beats
         # ... and the beats go on: the row is updated again, the lock kept past its ttl.
         wait_for(
-            lambda: LlmJob.objects.get(id=job.id).heartbeat_at > killed_at,
+            lambda: heartbeat_of(job) > killed_at,
             timeout=5,
             what="a beat after the error",
         )
@@ -431,3 +435,21 @@ def test_a_job_whose_worker_is_killed_calls_the_provider_again_within_two_minute
         (1, "worker_lost", CostEntry.Outcome.UNKNOWN),
         (2, "", CostEntry.Outcome.SUCCESS),
     ]
+
+
+@pytest.mark.parametrize(("overdue_by", "requeued"), [(10, 0), (20, 1)])
+def test_a_retry_is_overdue_after_the_overdue_threshold_not_after_the_lost_queue_grace(
+    alice_client, settings, overdue_by, requeued
+):
+    """The two-minute bound above counts LLM_OVERDUE_RETRY_SECONDS (15 s), not the longer
+    LLM_LOST_QUEUE_GRACE_SECONDS (30 s) that applies to RQ jobs Redis lost."""
+    settings.LLM_LOST_QUEUE_GRACE_SECONDS = 30
+    settings.LLM_OVERDUE_RETRY_SECONDS = 15
+    job = submit(alice_client)
+    # A retry whose RQ job still exists but that no scheduler moved.
+    LlmJob.objects.filter(id=job.id).update(
+        status="retrying",
+        attempts=1,
+        next_attempt_at=timezone.now() - timedelta(seconds=overdue_by),
+    )
+    assert reconcile_jobs().requeued_overdue == requeued
