@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from ledger.models import CostEntry
+from ledger.models import CostEntry, ModelPrice
 from ledger.pricing import attempt_cost, upper_bound_cost
 from ledger.selectors import price_for_model
 
@@ -72,23 +72,8 @@ def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRec
         estimated = True
     else:
         cost = Decimal(0)
-    return CostEntry.objects.create(
-        job=job,
-        attempt=attempt,
-        feature=job.feature,
-        model=job.model,
-        price=price,
-        outcome=record.outcome,
-        http_status=record.http_status,
-        reason_code=record.reason_code,
-        error_type=record.error_type,
-        error_message=record.message[:2000],
-        request_id=record.request_id,
-        latency_ms=record.latency_ms,
-        cost_usd=cost,
-        is_estimated=estimated,
-        retry_delay_seconds=record.retry_delay_seconds,
-        **_usage_fields(record.usage),
+    return _create_row(
+        job=job, attempt=attempt, record=record, price=price, cost=cost, is_estimated=estimated
     )
 
 
@@ -116,13 +101,36 @@ def cost_entry_correct_late_result(
     real = Decimal(0)
     if record.outcome == CostEntry.Outcome.SUCCESS and price is not None:
         real = attempt_cost(price, record.usage)
+    return _create_row(
+        job=job,
+        attempt=attempt,
+        record=record,
+        price=price,
+        cost=real - estimated.cost_usd,
+        entry_type=CostEntry.EntryType.CORRECTION,
+        corrects=estimated,
+    )
+
+
+def _create_row(
+    *,
+    job: "LlmJob",
+    attempt: int,
+    record: AttemptRecord,
+    price: ModelPrice | None,
+    cost: Decimal,
+    is_estimated: bool = False,
+    entry_type: str = CostEntry.EntryType.ATTEMPT,
+    corrects: CostEntry | None = None,
+) -> CostEntry:
     return CostEntry.objects.create(
         job=job,
         attempt=attempt,
-        entry_type=CostEntry.EntryType.CORRECTION,
-        corrects=estimated,
-        feature=estimated.feature,
-        model=estimated.model,
+        entry_type=entry_type,
+        corrects=corrects,
+        # A correction books against the attempt as it ran, whatever the job became since.
+        feature=corrects.feature if corrects else job.feature,
+        model=corrects.model if corrects else job.model,
         price=price,
         outcome=record.outcome,
         http_status=record.http_status,
@@ -131,7 +139,9 @@ def cost_entry_correct_late_result(
         error_message=record.message[:2000],
         request_id=record.request_id,
         latency_ms=record.latency_ms,
-        cost_usd=real - estimated.cost_usd,
+        cost_usd=cost,
+        is_estimated=is_estimated,
+        retry_delay_seconds=record.retry_delay_seconds,
         **_usage_fields(record.usage),
     )
 
