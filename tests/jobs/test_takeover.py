@@ -68,6 +68,10 @@ class Processes:
         self.started.append((process, log))
         return process
 
+    def output(self) -> str:
+        """Everything every process has written so far."""
+        return "\n".join(log.read_text(errors="replace") for _, log in self.started)
+
     def logs(self) -> str:
         """The tail of every process's output, for an assertion message."""
         return "\n".join(
@@ -137,14 +141,19 @@ def test_a_call_longer_than_the_stale_threshold_runs_once_while_the_reconciler_p
     worker = processes.start(
         worker_env(fake_provider, LLM_HEARTBEAT_SECONDS="0.5"), "rqworker", LLM_QUEUE, "--burst"
     )
+    redis = django_rq.get_connection(LLM_QUEUE)
     recovered: list[int] = []
-    passes_while_running, heartbeats = 0, set()
+    heartbeats: set[datetime] = set()
+    lock_held: list[bool] = []
     deadline = time.monotonic() + 60
     while worker.poll() is None:
         assert time.monotonic() < deadline, processes.logs()
         recovered.append(reconcile_jobs().recovered_stale)
-        if status_of(job) == LlmJob.Status.RUNNING:
-            passes_while_running += 1
+        # Running before and after the look at the lock: it was running in between.
+        before = status_of(job)
+        locked = bool(redis.exists(job_lock_key(job.id)))
+        if before == status_of(job) == LlmJob.Status.RUNNING:
+            lock_held.append(locked)
             heartbeats.add(heartbeat_of(job))
         time.sleep(0.5)
     assert worker.returncode == 0, processes.logs()
@@ -152,11 +161,13 @@ def test_a_call_longer_than_the_stale_threshold_runs_once_while_the_reconciler_p
     job.refresh_from_db()
     assert job.status == LlmJob.Status.COMPLETED and job.attempts == 1, processes.logs()
     assert set(recovered) == {0}
-    assert passes_while_running >= 8  # the reconciler ran all through the call
+    assert len(lock_held) >= 8  # the reconciler ran all through the call
+    # The lock outlived its 2 s ttl: the heartbeat thread extended it (a thread-local token
+    # would not let it), and the row's heartbeat moved on well past the stale threshold.
+    assert all(lock_held), lock_held
     (entry,) = CostEntry.objects.filter(job=job)
     assert entry.outcome == CostEntry.Outcome.SUCCESS and (entry.latency_ms or 0) >= 6000
     assert requests_seen(fake_provider) == 1
-    # The heartbeat moved on during the call, well past the stale threshold.
     assert max(heartbeats) - min(heartbeats) >= timedelta(seconds=3)
 
 
@@ -315,7 +326,7 @@ def _let_the_late_result_in(
         cut.restore()
     assert worker.wait(timeout=60) == 0, processes.logs()
     # The result came back while the database was cut off, and the worker rode that out.
-    assert "recording an attempt failed on the database" in processes.logs()
+    assert "recording an attempt failed on the database" in processes.output()
 
 
 def test_a_late_result_after_a_takeover_is_booked_as_a_correction_and_completes_the_job(
