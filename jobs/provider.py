@@ -14,10 +14,14 @@ import anthropic
 import httpx2
 from django.conf import settings
 
-__all__ = ["ProviderOutcome", "call_messages", "get_client", "warm_up"]
+__all__ = ["ProviderOutcome", "UnreadableResponse", "call_messages", "get_client", "warm_up"]
 
 # The key for the local fake provider; it only checks that some key is present.
 FAKE_PROVIDER_KEY = "fake-local-key"
+
+
+class UnreadableResponse(Exception):
+    """A 2xx whose body is not a Messages API answer: the call may have been billed."""
 
 
 @dataclass
@@ -165,6 +169,14 @@ def call_messages(
         )
     except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
         return _transport_failure(exc, started)
+    if not isinstance(message, anthropic.types.Message):
+        # The SDK hands back the raw text of a body that is not JSON (a proxy's HTML page): say
+        # so plainly; the runner books the attempt as an unexpected error and retries it.
+        raise UnreadableResponse(
+            f"HTTP {raw.http_response.status_code} with a body that is not a Messages API answer "
+            f"(content-type {raw.headers.get('content-type', 'unknown')}, "
+            f"request-id {raw.headers.get('request-id', 'none')})"
+        )
     text = "".join(block.text for block in message.content if block.type == "text")
     return ProviderOutcome(
         "success",

@@ -8,7 +8,6 @@ import logging
 import math
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 from uuid import UUID
@@ -159,7 +158,7 @@ def _attempt(job: LlmJob, *, probe: bool, lock: Any) -> str:
         # booked and the job goes through the retry policy with the real cause: never left
         # running.
         logger.exception("job %s attempt %s raised", job.id, job.attempts)
-        cause = "".join(traceback.format_exception_only(exc)).strip()
+        cause = f"{type(exc).__name__}: {exc}"
         failure = AttemptFailure(
             classification=classify(kind="unexpected_error"),
             record=AttemptRecord(

@@ -34,14 +34,15 @@ def test_a_200_that_is_not_json_is_booked_as_an_error_and_retried(
     (entry,) = entries(job)
     # The provider did the work and billed it: the attempt is booked at its upper bound.
     assert entry.outcome == "error" and entry.is_estimated and entry.cost_usd > 0
-    assert entry.reason_code == "unexpected_error" and entry.error_type == "AttributeError"
+    assert entry.reason_code == "unexpected_error" and entry.error_type == "UnreadableResponse"
     assert entry.retry_delay_seconds is not None
     assert job.cost_usd == entry.cost_usd
     error = poll(alice_client, job)["error"]
     assert error["code"] == "unexpected_error" and error["severity"] == "ERROR"
     # The real cause, not a generic "something went wrong".
-    assert error["message"].startswith("Unexpected error during the attempt: AttributeError")
-    assert "'str' object has no attribute" in error["message"]
+    assert error["message"].startswith("Unexpected error during the attempt: UnreadableResponse")
+    assert "HTTP 200 with a body that is not a Messages API answer" in error["message"]
+    assert "text/html" in error["message"]
     assert len(workers.scheduled()) == 1
 
     workers.drain()
@@ -55,7 +56,7 @@ def test_a_200_that_is_not_json_is_booked_as_an_error_and_retried(
     (failure,) = FailureRecord.objects.filter(job=job)
     assert failure.reason_code == "unexpected_error" and failure.severity == "ERROR"
     assert failure.retries_exhausted and failure.attempts == 3
-    assert "AttributeError" in failure.message
+    assert "UnreadableResponse" in failure.message
     seen = fake_provider.stats()
     assert seen["requests"] == 3 and seen["by_status"] == {"200": 3}
     assert not LlmJob.objects.filter(status="running").exists()
