@@ -285,8 +285,9 @@ LLM_RETRY_SCHEDULES: dict[str, list[float]] = envjson("LLM_RETRY_SCHEDULES", {})
 """Overrides per failure class, e.g. {"overloaded": [15, 60, 180]}; see jobs/retry_policy.py."""
 LLM_RETRY_JITTER = envfloat("LLM_RETRY_JITTER", 0.30, minimum=0.0)
 LLM_RETRY_DELAY_SCALE = envfloat("LLM_RETRY_DELAY_SCALE", 1.0, minimum=0.0)
-LLM_HEARTBEAT_SECONDS = envfloat("LLM_HEARTBEAT_SECONDS", 15.0, minimum=0.1)
-LLM_STALE_AFTER_SECONDS = envfloat("LLM_STALE_AFTER_SECONDS", 60.0, minimum=1.0)
+LLM_HEARTBEAT_SECONDS = envfloat("LLM_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
+"""A running job's lock lives four heartbeats (40 s), refreshed every beat."""
+LLM_STALE_AFTER_SECONDS = envfloat("LLM_STALE_AFTER_SECONDS", 45.0, minimum=1.0)
 """A running job whose heartbeat is older than this (and whose lock is gone) was lost."""
 LLM_LOST_QUEUE_GRACE_SECONDS = envfloat("LLM_LOST_QUEUE_GRACE_SECONDS", 30.0, minimum=0.0)
 """A queued job missing from Redis for longer than this is enqueued again."""
@@ -295,8 +296,8 @@ LLM_OVERDUE_RETRY_SECONDS = envfloat("LLM_OVERDUE_RETRY_SECONDS", 15.0, minimum=
 """A retrying job this far past its next_attempt_at is enqueued by the reconciler, even if its
 scheduled RQ job exists (the worker holding rq's scheduler may be dead). rq's scheduler polls
 every second; 15 s is many of its intervals. With the defaults a job whose worker was killed with
--9 calls the provider again within two minutes: stale 60 s + reconcile 15 s + retry delay
-3-4 s + overdue 15 s + reconcile 15 s."""
+-9 calls the provider again within two minutes: at worst stale 45 s + reconcile 15 s + retry
+delay 3-4 s + overdue 15 s + reconcile 15 s, about 94 s."""
 LLM_RECORD_RETRY_SECONDS = envfloat("LLM_RECORD_RETRY_SECONDS", 60.0, minimum=0.0)
 """How long a worker keeps trying to record a finished call while the database is down."""
 LLM_BREAKER_ENABLED = envbool("LLM_BREAKER_ENABLED", "True")
