@@ -145,3 +145,18 @@ def test_error_summaries_keep_credentials_out():
     assert "hunter2" not in summary
     assert summary == "OperationalError: cannot connect to redis://***@cache:6379/0 (password=***)"
     assert len(error_summary(ValueError("x" * 5000))) == 500
+
+
+def test_staff_see_each_loop_and_whether_it_passes_in_the_admin(client, django_user_model):
+    beat("reconciler", ago=5, interval=15)
+    beat("monitor", ago=600, interval=15, last_error="ConnectionError: Redis is down")
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    client.force_login(admin)
+    page = client.get("/admin/alerts/loopheartbeat/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "reconciler" in html and "monitor" in html
+    assert 'alt="True"' in html and 'alt="False"' in html
+    monitor = LoopHeartbeat.objects.get(name="monitor")
+    detail = client.get(f"/admin/alerts/loopheartbeat/{monitor.id}/change/")
+    assert detail.status_code == 200 and "Redis is down" in detail.content.decode()
