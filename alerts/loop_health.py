@@ -15,16 +15,10 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
 from django.utils import timezone
 
 from alerts.models import Alert, AlertFingerprint, LoopHeartbeat, Severity
-from alerts.notifications import (
-    alert_create,
-    fingerprint_ensure,
-    fingerprint_lock,
-    trigger_destinations,
-)
+from alerts.notifications import alert_create, condition_alert_update, trigger_destinations
 from alerts.routing import destinations_for
 
 __all__ = [
@@ -181,26 +175,22 @@ def loop_stalled_alert_update(*, name: str, now: datetime | None = None) -> Aler
     """Decide, under the fingerprint's lock and on a fresh read of the heartbeat, whether the
     loop's stall alert starts or ends. Returns the alert sent (trigger or resolve), or None."""
     fingerprint = loop_stalled_fingerprint(name)
-    fingerprint_ensure(fingerprint=fingerprint, severity=Severity.ERROR)
-    with transaction.atomic():
-        state = fingerprint_lock(fingerprint=fingerprint)
+
+    def decide(state: AlertFingerprint) -> Alert | None:
         beat = LoopHeartbeat.objects.filter(name=name).first()
-        now = now or timezone.now()
-        since = _seconds_since(beat.last_pass_at, now) if beat is not None else None
+        at = now or timezone.now()
+        since = _seconds_since(beat.last_pass_at, at) if beat is not None else None
         stalled = beat is not None and _stalled(since, beat.interval_seconds)
         if stalled and not state.active:
             assert beat is not None and since is not None
-            alert = _trigger(fingerprint=fingerprint, beat=beat, since=since)
-        elif not stalled and state.active:
-            alert = _resolve(
-                fingerprint=fingerprint, name=name, beat=beat, trigger=state.last_alert
-            )
-        else:
-            alert = None
-        if alert is not None:
-            state.active, state.last_alert, state.last_sent_at = stalled, alert, now
-        state.last_seen_at = now
-        state.save()
+            return _trigger(fingerprint=fingerprint, beat=beat, since=since)
+        if not stalled and state.active:
+            return _resolve(fingerprint=fingerprint, name=name, beat=beat, trigger=state.last_alert)
+        return None
+
+    alert = condition_alert_update(
+        fingerprint=fingerprint, severity=Severity.ERROR, decide=decide, now=now
+    )
     if alert is not None:
         logger.info("loop %s stall alert %s: %s", name, alert.id, alert.action)
     return alert

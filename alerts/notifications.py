@@ -15,7 +15,7 @@ Every path that locks a ``FailureRecord`` too locks it first, then the fingerpri
 """
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "alert_raise",
     "alert_raise_for_failure",
     "alert_resolve_failure_if_handled",
+    "condition_alert_update",
     "failure_fingerprint",
     "failure_handled_hook",
     "failure_record_fingerprint",
@@ -130,6 +131,33 @@ def alert_create(
         logger.warning("alert %s (%s %s): no destination configured", alert.id, severity, title)
     delivery_ids = [d.id for d in deliveries]
     transaction.on_commit(lambda: deliveries_enqueue(delivery_ids=delivery_ids), robust=True)
+    return alert
+
+
+def condition_alert_update(
+    *,
+    fingerprint: str,
+    severity: str,
+    decide: Callable[[AlertFingerprint], Alert | None],
+    now: datetime | None = None,
+) -> Alert | None:
+    """The one skeleton of every condition alert (queue wait, loop stalled, retry overdue): it
+    triggers once when the condition starts and resolves once when it ends.
+
+    ``decide(state)`` runs under the fingerprint's row lock, reads what it needs afresh, and
+    returns the trigger or the resolve it created with ``alert_create``, or None. Concurrent
+    monitors queue on the lock, so each sees what the previous one decided.
+    """
+    fingerprint_ensure(fingerprint=fingerprint, severity=severity)
+    with transaction.atomic():
+        state = fingerprint_lock(fingerprint=fingerprint)
+        alert = decide(state)
+        now = now or timezone.now()
+        if alert is not None:
+            state.active = alert.action == Alert.Action.TRIGGER
+            state.last_alert, state.last_sent_at = alert, now
+        state.last_seen_at = now
+        state.save()
     return alert
 
 

@@ -11,19 +11,12 @@ from dataclasses import dataclass
 
 import django_rq
 from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.utils import now as rq_now
 
-from alerts.models import Alert, Severity
-from alerts.notifications import (
-    alert_create,
-    fingerprint_ensure,
-    fingerprint_lock,
-    trigger_destinations,
-)
+from alerts.models import Alert, AlertFingerprint, Severity
+from alerts.notifications import alert_create, condition_alert_update, trigger_destinations
 from alerts.routing import destinations_for
 
 __all__ = ["QueueWait", "oldest_wait_seconds", "queue_health_check", "queue_wait_alert_update"]
@@ -100,29 +93,34 @@ def queue_wait_alert_update(
     """
     ratio = settings.ALERT_QUEUE_CLEAR_RATIO if clear_ratio is None else clear_ratio
     fingerprint = f"queue_wait:{queue_name}"
-    fingerprint_ensure(fingerprint=fingerprint, severity=Severity.WARNING)
-    with transaction.atomic():
-        return _queue_wait_decide(
+    alert = condition_alert_update(
+        fingerprint=fingerprint,
+        severity=Severity.WARNING,
+        decide=lambda state: _queue_wait_decide(
+            state=state,
             fingerprint=fingerprint,
             queue_name=queue_name,
             oldest_wait_seconds=oldest_wait_seconds,
             threshold_seconds=threshold_seconds,
             clear_below_seconds=threshold_seconds * ratio,
-        )
+        ),
+    )
+    if alert is not None:
+        logger.info("queue %s wait alert %s: %s", queue_name, alert.id, alert.action)
+    return alert
 
 
 def _queue_wait_decide(
     *,
+    state: AlertFingerprint,
     fingerprint: str,
     queue_name: str,
     oldest_wait_seconds: float | None,
     threshold_seconds: float,
     clear_below_seconds: float,
 ) -> Alert | None:
-    state = fingerprint_lock(fingerprint=fingerprint)
     over = oldest_wait_seconds is not None and oldest_wait_seconds > threshold_seconds
     clear = oldest_wait_seconds is None or oldest_wait_seconds < clear_below_seconds
-    now = timezone.now()
     details = {
         "queue": queue_name,
         "oldest_wait_seconds": round(oldest_wait_seconds or 0.0, 1),
@@ -145,7 +143,6 @@ def _queue_wait_decide(
             details=details,
             destinations=destinations_for(severity=Severity.WARNING),
         )
-        state.active, state.last_alert, state.last_sent_at = True, alert, now
     elif clear and state.active:
         now_waiting = (
             "nothing waits"
@@ -165,11 +162,6 @@ def _queue_wait_decide(
             details=details,
             destinations=trigger_destinations(trigger=state.last_alert, severity=Severity.WARNING),
         )
-        state.active, state.last_alert, state.last_sent_at = False, alert, now
     else:
         alert = None
-    state.last_seen_at = now
-    state.save()
-    if alert is not None:
-        logger.info("queue %s wait alert %s: %s", queue_name, alert.id, alert.action)
     return alert

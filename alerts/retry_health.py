@@ -12,16 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from alerts.models import Alert, AlertFingerprint, Severity
-from alerts.notifications import (
-    alert_create,
-    fingerprint_ensure,
-    fingerprint_lock,
-    trigger_destinations,
-)
+from alerts.notifications import alert_create, condition_alert_update, trigger_destinations
 from alerts.routing import destinations_for
 from jobs.breaker import breaker_probe_due
 from jobs.models import LlmJob
@@ -75,22 +69,25 @@ def retry_overdue_check(
     ).exists()
     alert = None
     if job is not None or open_alert:
-        fingerprint_ensure(fingerprint=RETRY_OVERDUE_FINGERPRINT, severity=Severity.WARNING)
-        with transaction.atomic():
-            state = fingerprint_lock(fingerprint=RETRY_OVERDUE_FINGERPRINT)
+
+        def decide(state: AlertFingerprint) -> Alert | None:
+            nonlocal job
             # Read again under the lock: another monitor may have decided meanwhile.
             job = _oldest_overdue(due_before=due_before)
-            alert = _decide(
+            return _decide(
                 state_active=state.active,
                 job=job,
                 now=now,
                 threshold=threshold,
                 trigger=state.last_alert,
             )
-            if alert is not None:
-                state.active, state.last_alert, state.last_sent_at = job is not None, alert, now
-            state.last_seen_at = now
-            state.save()
+
+        alert = condition_alert_update(
+            fingerprint=RETRY_OVERDUE_FINGERPRINT,
+            severity=Severity.WARNING,
+            decide=decide,
+            now=now,
+        )
         if alert is not None:
             logger.info("overdue retry alert %s: %s", alert.id, alert.action)
     return RetryOverdue(
