@@ -219,11 +219,11 @@ class FakeAnthropicApp:
 
     async def messages(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = self.state
-        state.count_request()
+        epoch = state.count_request()
         request_id = new_request_id()
 
         async def fail(error: ApiError, headers: Headers | None = None) -> None:
-            state.count_status(error.status)
+            state.count_status(error.status, epoch)
             await self.plain_error(send, error, headers, request_id)
 
         try:
@@ -278,19 +278,19 @@ class FakeAnthropicApp:
             return await fail(ApiError(status, message, details), extra)
 
         reply = build_message(request, state)
-        state.bill(request.price, reply["usage"])
+        state.bill(request.price, reply["usage"], epoch)
         body_out = _encode(reply)
         if fault == "timeout":
-            state.count_timed_out()
+            state.count_timed_out(epoch)
             if await self._hold(receive):
                 return
             # The server is shutting down: cut the connection rather than answer.
             return await self._cut(send, body_out, request_id, 0)
         if fault == "drop":
-            state.count_dropped()
+            state.count_dropped(epoch)
             return await self._cut(send, body_out, request_id, len(body_out) // 2)
         if fault == "garbage":
-            state.count_status(200)
+            state.count_status(200, epoch)
             return await _send(
                 send,
                 200,
@@ -298,7 +298,7 @@ class FakeAnthropicApp:
                 [("request-id", request_id), *rate_headers],
                 content_type=GARBAGE_CONTENT_TYPE,
             )
-        state.count_status(200)
+        state.count_status(200, epoch)
         await _send(send, 200, body_out, [("request-id", request_id), *rate_headers])
 
     async def _hold(self, receive: Receive) -> bool:

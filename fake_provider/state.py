@@ -226,6 +226,9 @@ class FakeProviderState:
 
     def reset(self) -> None:
         """Start configuration back; counters, cache memory, rpm window cleared; rng re-seeded."""
+        # Requests still in flight across a reset belong to the old counters: they neither count
+        # nor bill after it (a test's stats never include an earlier test's slow call).
+        self.epoch = getattr(self, "epoch", 0) + 1
         self._persistent = self.start_config
         self._override: Config | None = None
         self._override_until: float | None = None
@@ -327,20 +330,31 @@ class FakeProviderState:
 
     # --- counters -------------------------------------------------------------------------------
 
-    def count_request(self) -> None:
+    def count_request(self) -> int:
+        """Counts a request; returns the epoch it belongs to (pass it to the other counters)."""
         self.requests += 1
+        return self.epoch
 
-    def count_status(self, status: int) -> None:
+    def count_status(self, status: int, epoch: int | None = None) -> None:
+        if epoch is not None and epoch != self.epoch:
+            return
         self.by_status[str(status)] = self.by_status.get(str(status), 0) + 1
 
-    def count_dropped(self) -> None:
+    def count_dropped(self, epoch: int | None = None) -> None:
+        if epoch is not None and epoch != self.epoch:
+            return
         self.dropped += 1
 
-    def count_timed_out(self) -> None:
+    def count_timed_out(self, epoch: int | None = None) -> None:
+        if epoch is not None and epoch != self.epoch:
+            return
         self.timed_out += 1
 
-    def bill(self, price: Price, usage: Mapping[str, Any]) -> Decimal:
-        """Adds one answered (or dropped / timed-out) message to the bill; returns its cost."""
+    def bill(self, price: Price, usage: Mapping[str, Any], epoch: int | None = None) -> Decimal:
+        """Adds one answered (or dropped / timed-out) message to the bill; returns its cost.
+        A request from before the last reset is not billed to the new counters."""
+        if epoch is not None and epoch != self.epoch:
+            return Decimal(0)
         for name in _TOKEN_FIELDS:
             self.billed[name] += usage[name]
         split = usage["cache_creation"]

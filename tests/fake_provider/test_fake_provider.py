@@ -455,3 +455,22 @@ def test_it_starts_from_the_management_command() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_call_in_flight_across_a_reset_is_not_counted_after_it(url: str) -> None:
+    """A slow call from before a reset (an earlier test's, a killed worker's) must not show up
+    in the counters or the bill that the reset started."""
+    configure(url, latency_ms="1500")
+    answered: list[Any] = []
+    thread = threading.Thread(target=lambda: answered.append(ask(sdk(url))))
+    thread.start()
+    deadline = time.monotonic() + 5
+    while stats(url)["requests"] == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    httpx.post(f"{url}/_fake/reset").raise_for_status()
+    thread.join(timeout=10)
+    assert answered and answered[0].content  # the caller still gets its answer
+    after = stats(url)
+    assert after["requests"] == 0 and after["by_status"] == {}
+    assert after["billed"]["cost_usd"] == "0"
