@@ -303,8 +303,10 @@ LLM_RECORD_RETRY_SECONDS = envfloat("LLM_RECORD_RETRY_SECONDS", 60.0, minimum=0.
 LLM_BREAKER_ENABLED = envbool("LLM_BREAKER_ENABLED", "True")
 """Account-wide failures (401, 402, 403, spend cap, credit balance) stop dispatch (jobs/breaker.py).
 Off: each job dead-letters on its own, as a plain fatal failure."""
-LLM_BREAKER_PROBE_SECONDS = envfloat("LLM_BREAKER_PROBE_SECONDS", 300.0, minimum=1.0)
-"""While the provider circuit breaker is open, one job is let through this often as a probe."""
+LLM_BREAKER_PROBE_SECONDS = envfloat("LLM_BREAKER_PROBE_SECONDS", 30.0, minimum=1.0)
+"""While the provider circuit breaker is open, one job is let through this often as a probe: one
+call every 30 s is no load, and dispatch resumes by itself within about a minute of the account
+being fixed. A failed probe dead-letters only its own job (its alert folds into the open one)."""
 LLM_OVERDUE_RETRY_ALERT_SECONDS = envfloat("LLM_OVERDUE_RETRY_ALERT_SECONDS", 120.0, minimum=0.0)
 """A WARNING when a retrying job's next attempt is this many seconds overdue: no scheduler runs,
 or the llm workers are far behind."""
