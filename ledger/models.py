@@ -2,6 +2,7 @@ import uuid
 from decimal import Decimal
 from typing import Any, NoReturn
 
+from django.conf import settings
 from django.db import models
 
 
@@ -118,6 +119,14 @@ class CostEntry(models.Model):
     )
     feature = models.CharField(max_length=64, db_index=True)
     model = models.CharField(max_length=100, db_index=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The job's owner, copied like feature and model so reports need no join.",
+    )
     price = models.ForeignKey(ModelPrice, on_delete=models.PROTECT, null=True, blank=True)
     outcome = models.CharField(max_length=20, choices=Outcome.choices)
     http_status = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -145,6 +154,12 @@ class CostEntry(models.Model):
     class Meta:
         ordering = ["created_at"]
         verbose_name_plural = "cost entries"
+        indexes = [
+            # The cost reports and budget windows: a scope, then a time range.
+            models.Index(fields=["feature", "created_at"], name="cost_feature_created"),
+            models.Index(fields=["user", "created_at"], name="cost_user_created"),
+            models.Index(fields=["model", "created_at"], name="cost_model_created"),
+        ]
         constraints = [
             # One row per attempt, and at most one correction of it (a late result).
             models.UniqueConstraint(
@@ -167,3 +182,135 @@ class CostEntry(models.Model):
     @property
     def cache_creation_input_tokens(self) -> int:
         return self.cache_write_5m_tokens + self.cache_write_1h_tokens
+
+
+class Budget(models.Model):
+    """A hard spending limit for one feature or one user, per UTC day or month.
+
+    Before each provider call the worker reserves the attempt's worst case against every budget
+    that applies (ledger/budgets.py); the ledger row of the attempt settles it. Settled spend never
+    exceeds ``limit_usd``, whatever the number of workers.
+    """
+
+    class Scope(models.TextChoices):
+        FEATURE = "feature", "Feature"
+        USER = "user", "User"
+
+    class Period(models.TextChoices):
+        DAY = "day", "Day (UTC)"
+        MONTH = "month", "Month (UTC)"
+
+    class OnExceed(models.TextChoices):
+        REJECT = "reject", "Reject (dead-letter the job)"
+        DEFER = "defer", "Defer (hold the job until the window resets)"
+
+    scope = models.CharField(max_length=10, choices=Scope.choices)
+    feature = models.SlugField(max_length=64, blank=True, help_text="For a feature budget.")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="For a user budget.",
+    )
+    period = models.CharField(max_length=10, choices=Period.choices, default=Period.MONTH)
+    limit_usd = models.DecimalField(max_digits=14, decimal_places=6)
+    soft_alert_percent = models.PositiveSmallIntegerField(
+        default=80, help_text="A WARNING once per window when spend crosses this percentage."
+    )
+    on_exceed = models.CharField(max_length=10, choices=OnExceed.choices, default=OnExceed.REJECT)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["scope", "feature", "user_id", "period"]
+        indexes = [
+            models.Index(fields=["enabled", "scope", "feature"], name="budget_feature"),
+            models.Index(fields=["enabled", "scope", "user"], name="budget_user"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(scope="feature", user__isnull=True) & ~models.Q(feature=""))
+                | models.Q(scope="user", user__isnull=False, feature=""),
+                name="budget_scope_is_consistent",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(limit_usd__gt=0), name="budget_limit_positive"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(soft_alert_percent__gte=1, soft_alert_percent__lte=100),
+                name="budget_soft_percent_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.period} ${self.limit_usd}"
+
+    @property
+    def name(self) -> str:
+        if self.scope == self.Scope.FEATURE:
+            return f"feature:{self.feature}"
+        return f"user:{self.user.get_username() if self.user else self.user_id}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if self.scope == self.Scope.FEATURE and (not self.feature or self.user_id):
+            raise ValidationError("A feature budget names a feature and no user.")
+        if self.scope == self.Scope.USER and (not self.user_id or self.feature):
+            raise ValidationError("A user budget names a user and no feature.")
+
+
+class BudgetWindow(models.Model):
+    """The settled spend of one budget in one window (a UTC day or month), kept by the ledger
+    writes in the same transaction as each ledger row, and the window's alert marks."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="windows")
+    window_start = models.DateTimeField()
+    spent_usd = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal("0"))
+    soft_alerted_at = models.DateTimeField(null=True, blank=True)
+    exhausted_alerted_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-window_start"]
+        constraints = [
+            models.UniqueConstraint(fields=["budget", "window_start"], name="one_budget_window")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.budget.name} from {self.window_start:%Y-%m-%d}: ${self.spent_usd}"
+
+
+class BudgetReservation(models.Model):
+    """The worst case of one attempt held against one budget window until its ledger row settles
+    it. One that is never settled (a worker that died) stops counting at ``expires_at``."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="reservations")
+    window_start = models.DateTimeField()
+    job = models.ForeignKey("jobs.LlmJob", on_delete=models.CASCADE, related_name="+")
+    attempt = models.PositiveIntegerField()
+    amount_usd = models.DecimalField(max_digits=16, decimal_places=6)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    settled_at = models.DateTimeField(null=True, blank=True)
+    settled_usd = models.DecimalField(max_digits=16, decimal_places=6, null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["budget", "window_start", "settled_at", "expires_at"],
+                name="reservation_open",
+            ),
+            models.Index(fields=["job", "attempt"], name="reservation_job_attempt"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["budget", "job", "attempt"], name="one_reservation_per_attempt"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.budget.name} job {self.job_id} #{self.attempt} ${self.amount_usd}"

@@ -131,6 +131,7 @@ def _create_row(
         # A correction books against the attempt as it ran, whatever the job became since.
         feature=corrects.feature if corrects else job.feature,
         model=corrects.model if corrects else job.model,
+        user_id=job.user_id,
         price=price,
         outcome=record.outcome,
         http_status=record.http_status,

@@ -1,0 +1,353 @@
+"""Budgets: windows, usage, reservations and their settlement. The one place for budget rules.
+
+- A budget's window is a UTC day or month. Its settled spend lives in a ``BudgetWindow`` row,
+  updated in the same transaction as each ledger row (``budget_settle``, called by
+  ``ledger/services.py``), so it always equals the ledger.
+- Before each provider call the worker reserves the attempt's worst case (``job_upper_bound_cost``)
+  against every enabled budget that applies (``budget_reserve``): the windows are locked in one
+  order, and ``spent + open reservations + this one <= limit`` is checked under the locks, so no
+  number of workers on any number of hosts can overshoot. The ledger row of the attempt settles
+  the reservation to the real cost (the upper bound for an unknown outcome, 0 for an error
+  response). A reservation nobody settles (a worker that died) stops counting at ``expires_at``,
+  the job's RQ timeout.
+- Alerts: one WARNING when a window's spend crosses ``soft_alert_percent``, one ERROR when the
+  budget is exhausted, each once per window.
+"""
+
+import calendar
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Literal
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q, Sum
+from django.utils import timezone
+
+from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry
+
+if TYPE_CHECKING:
+    from jobs.models import LlmJob
+
+__all__ = [
+    "BudgetRefusal",
+    "BudgetUsage",
+    "budget_release",
+    "budget_reserve",
+    "budget_settle",
+    "budget_usage",
+    "budgets_exhausted_for",
+    "budgets_for",
+    "window_bounds",
+]
+
+logger = logging.getLogger(__name__)
+
+RESERVATION_WAIT_SECONDS = 5.0
+"""A job that would fit once the calls in flight settle waits this long (no attempt used)."""
+
+
+def window_bounds(period: str, at: datetime | None = None) -> tuple[datetime, datetime]:
+    """[start, end) of the UTC day or month that contains ``at``."""
+    at = (at or timezone.now()).astimezone(UTC)
+    if period == Budget.Period.DAY:
+        start = at.replace(hour=0, minute=0, second=0, microsecond=0)
+        return start, start + timedelta(days=1)
+    start = at.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    days = calendar.monthrange(start.year, start.month)[1]
+    return start, start + timedelta(days=days)
+
+
+def budgets_for(*, feature: str, user_id: int | None) -> list[Budget]:
+    """The enabled budgets that apply to a job of this feature and user, in id order."""
+    return list(
+        Budget.objects.filter(enabled=True)
+        .filter(
+            Q(scope=Budget.Scope.FEATURE, feature=feature)
+            | Q(scope=Budget.Scope.USER, user_id=user_id)
+        )
+        .select_related("user")
+        .order_by("id")
+    )
+
+
+def _ledger_spend(budget: Budget, start: datetime, end: datetime) -> Decimal:
+    entries = CostEntry.objects.filter(created_at__gte=start, created_at__lt=end)
+    if budget.scope == Budget.Scope.FEATURE:
+        entries = entries.filter(feature=budget.feature)
+    else:
+        entries = entries.filter(user=budget.user)
+    return entries.aggregate(total=Sum("cost_usd"))["total"] or Decimal(0)
+
+
+def _window_ensure(budget: Budget, start: datetime, end: datetime) -> None:
+    """Create the window's row, its spend read from the ledger (a budget created mid-window
+    counts what was spent before it). In a short transaction of its own, like
+    ``fingerprint_ensure``: a duplicate-key race ends at once and the loser reads the row."""
+    if BudgetWindow.objects.filter(budget=budget, window_start=start).exists():
+        return
+    try:
+        with transaction.atomic():
+            BudgetWindow.objects.create(
+                budget=budget, window_start=start, spent_usd=_ledger_spend(budget, start, end)
+            )
+    except IntegrityError:
+        pass
+
+
+def _reserved(budget: Budget, start: datetime, now: datetime) -> Decimal:
+    return BudgetReservation.objects.filter(
+        budget=budget, window_start=start, settled_at__isnull=True, expires_at__gt=now
+    ).aggregate(total=Sum("amount_usd"))["total"] or Decimal(0)
+
+
+@dataclass(frozen=True)
+class BudgetUsage:
+    budget: Budget
+    window_start: datetime
+    window_end: datetime
+    spent_usd: Decimal
+    reserved_usd: Decimal
+
+    @property
+    def remaining_usd(self) -> Decimal:
+        return max(Decimal(0), self.budget.limit_usd - self.spent_usd - self.reserved_usd)
+
+    @property
+    def percent_used(self) -> Decimal:
+        """Settled spend as a percentage of the limit (may pass 100 only through corrections)."""
+        return (self.spent_usd * 100 / self.budget.limit_usd).quantize(Decimal("0.1"))
+
+    @property
+    def exhausted(self) -> bool:
+        return self.spent_usd >= self.budget.limit_usd
+
+
+def budget_usage(*, budget: Budget, at: datetime | None = None) -> BudgetUsage:
+    """Spent (settled) and reserved (open, unexpired) in the window containing ``at``. Reads
+    only: a window with no row yet is read from the ledger."""
+    now = at or timezone.now()
+    start, end = window_bounds(budget.period, now)
+    window = BudgetWindow.objects.filter(budget=budget, window_start=start).first()
+    spent = window.spent_usd if window else _ledger_spend(budget, start, end)
+    return BudgetUsage(budget, start, end, spent, _reserved(budget, start, now))
+
+
+def budgets_exhausted_for(*, feature: str, user_id: int | None) -> list[BudgetUsage]:
+    """The budgets of this feature or user whose current window is already spent (submit check)."""
+    return [
+        usage
+        for usage in (budget_usage(budget=b) for b in budgets_for(feature=feature, user_id=user_id))
+        if usage.exhausted
+    ]
+
+
+@dataclass(frozen=True)
+class BudgetRefusal:
+    """Why an attempt may not start now, and what to do with its job."""
+
+    action: Literal["reject", "defer", "wait"]
+    usage: BudgetUsage
+    amount_usd: Decimal
+
+    @property
+    def retry_at(self) -> datetime:
+        if self.action == "wait":
+            return timezone.now() + timedelta(seconds=RESERVATION_WAIT_SECONDS)
+        return self.usage.window_end
+
+    @property
+    def message(self) -> str:
+        usage, budget = self.usage, self.usage.budget
+        head = (
+            f"Budget {budget.name} ({budget.period}, ${budget.limit_usd}) cannot take this "
+            f"attempt's worst case ${self.amount_usd}: spent ${usage.spent_usd}, "
+            f"reserved ${usage.reserved_usd}"
+        )
+        if self.action == "wait":
+            return f"{head}; waiting for the calls in flight to settle."
+        if self.action == "defer":
+            return f"{head}; held until the window resets at {usage.window_end.isoformat()}."
+        return f"{head}."
+
+
+def budget_reserve(*, job: "LlmJob", attempt: int, amount: Decimal) -> BudgetRefusal | None:
+    """Reserve ``amount`` for this attempt against every budget that applies, all or none.
+
+    Returns None when reserved (or no budget applies), else the refusal of the first budget it
+    does not fit: ``wait`` when it would fit once the calls in flight settle, else the budget's
+    ``on_exceed`` (``reject`` or ``defer``).
+    """
+    from jobs.timeouts import job_timeout_for
+
+    budgets = budgets_for(feature=job.feature, user_id=job.user_id)
+    if not budgets:
+        return None
+    now = timezone.now()
+    bounds = {b.id: window_bounds(b.period, now) for b in budgets}
+    for budget in budgets:
+        _window_ensure(budget, *bounds[budget.id])
+    expires_at = now + timedelta(seconds=job_timeout_for(job.max_tokens))
+    windows_wanted = Q()
+    for budget in budgets:
+        windows_wanted |= Q(budget_id=budget.id, window_start=bounds[budget.id][0])
+    with transaction.atomic():
+        # One lock order (window id) for every worker: concurrent reservers queue, never deadlock.
+        windows = {
+            w.budget_id: w
+            for w in BudgetWindow.objects.select_for_update()
+            .filter(
+                Q(
+                    *[Q(budget_id=b.id, window_start=bounds[b.id][0]) for b in budgets],
+                    _connector=Q.OR,
+                )
+            )
+            .order_by("id")
+        }
+        for budget in budgets:
+            start, end = bounds[budget.id]
+            window = windows[budget.id]
+            usage = BudgetUsage(budget, start, end, window.spent_usd, _reserved(budget, start, now))
+            if usage.spent_usd + usage.reserved_usd + amount <= budget.limit_usd:
+                continue
+            if usage.spent_usd + amount <= budget.limit_usd:
+                action: Literal["reject", "defer", "wait"] = "wait"
+            else:
+                action = "defer" if budget.on_exceed == Budget.OnExceed.DEFER else "reject"
+                _alert_exhausted_once(window, usage)
+            return BudgetRefusal(action, usage, amount)
+        BudgetReservation.objects.bulk_create(
+            [
+                BudgetReservation(
+                    budget=budget,
+                    window_start=bounds[budget.id][0],
+                    job=job,
+                    attempt=attempt,
+                    amount_usd=amount,
+                    expires_at=expires_at,
+                )
+                for budget in budgets
+            ]
+        )
+    return None
+
+
+def budget_release(*, job: "LlmJob", attempt: int) -> None:
+    """Drop the open reservations of an attempt that will not call the provider after all."""
+    BudgetReservation.objects.filter(job=job, attempt=attempt, settled_at__isnull=True).update(
+        settled_at=timezone.now(), settled_usd=Decimal(0)
+    )
+
+
+def budget_settle(*, entry: CostEntry, job: "LlmJob") -> None:
+    """Book a ledger row into the budget windows it belongs to. Called by ``ledger/services.py``
+    inside the transaction that writes the row, so windows always equal the ledger.
+
+    The attempt's open reservations are settled to the row's cost, in the windows they were
+    taken in; a row with no reservation (a correction, or a budget created while the call was
+    out) counts in the window its attempt's reservation was in, or else the current one.
+    """
+    now = timezone.now()
+    touched: set[tuple[int, datetime]] = set()
+    reservations = list(
+        BudgetReservation.objects.filter(job=job, attempt=entry.attempt).order_by("budget_id")
+    )
+    by_budget = {r.budget_id: r for r in reservations}
+    for reservation in reservations:
+        if reservation.settled_at is None and entry.entry_type == CostEntry.EntryType.ATTEMPT:
+            BudgetReservation.objects.filter(id=reservation.id, settled_at__isnull=True).update(
+                settled_at=now, settled_usd=entry.cost_usd
+            )
+    for budget in budgets_for(feature=entry.feature, user_id=entry.user_id):
+        held = by_budget.get(budget.id)
+        start = held.window_start if held else window_bounds(budget.period, now)[0]
+        if entry.cost_usd and BudgetWindow.objects.filter(budget=budget, window_start=start).update(
+            spent_usd=F("spent_usd") + entry.cost_usd
+        ):
+            touched.add((budget.id, start))
+    for budget_id, start in sorted(touched):
+        window = BudgetWindow.objects.select_related("budget", "budget__user").get(
+            budget_id=budget_id, window_start=start
+        )
+        _alert_thresholds_once(window)
+
+
+def _alert_thresholds_once(window: BudgetWindow) -> None:
+    budget = window.budget
+    start, end = window_bounds(budget.period, window.window_start)
+    usage = BudgetUsage(budget, start, end, window.spent_usd, Decimal(0))
+    if usage.exhausted:
+        _alert_exhausted_once(window, usage)
+    elif window.spent_usd * 100 >= budget.limit_usd * budget.soft_alert_percent:
+        _alert_soft_once(window, usage)
+
+
+def _alert_soft_once(window: BudgetWindow, usage: BudgetUsage) -> None:
+    if not BudgetWindow.objects.filter(id=window.id, soft_alerted_at__isnull=True).update(
+        soft_alerted_at=timezone.now()
+    ):
+        return
+    budget = usage.budget
+    _alert(
+        kind="soft",
+        severity="WARNING",
+        usage=usage,
+        title=(
+            f"Budget {budget.name} at {usage.percent_used}% of ${budget.limit_usd} "
+            f"this {budget.period}"
+        ),
+        body=(
+            f"Spend ${usage.spent_usd} has crossed {budget.soft_alert_percent}% of the "
+            f"{budget.period} limit ${budget.limit_usd}; the window resets at "
+            f"{usage.window_end.isoformat()}."
+        ),
+    )
+
+
+def _alert_exhausted_once(window: BudgetWindow, usage: BudgetUsage) -> None:
+    if not BudgetWindow.objects.filter(id=window.id, exhausted_alerted_at__isnull=True).update(
+        exhausted_alerted_at=timezone.now()
+    ):
+        return
+    budget = usage.budget
+    action = "held until the reset" if budget.on_exceed == Budget.OnExceed.DEFER else "rejected"
+    _alert(
+        kind="exhausted",
+        severity="ERROR",
+        usage=usage,
+        title=f"Budget {budget.name} exhausted: ${usage.spent_usd} of ${budget.limit_usd}",
+        body=(
+            f"The {budget.period} budget {budget.name} (${budget.limit_usd}) cannot take more "
+            f"calls: spent ${usage.spent_usd}, reserved ${usage.reserved_usd}. Jobs are "
+            f"{action}; the window resets at {usage.window_end.isoformat()}."
+        ),
+    )
+
+
+def _alert(*, kind: str, severity: str, usage: BudgetUsage, title: str, body: str) -> None:
+    # Imported here: alerts imports the jobs and ledger apps.
+    from alerts.notifications import alert_create
+    from alerts.routing import destinations_for
+
+    budget = usage.budget
+    alert_create(
+        fingerprint=f"budget_{kind}:{budget.id}:{usage.window_start:%Y-%m-%d}",
+        severity=severity,
+        action="trigger",
+        source="budget",
+        title=title,
+        body=body,
+        details={
+            "budget_id": budget.id,
+            "budget": budget.name,
+            "period": budget.period,
+            "limit_usd": str(budget.limit_usd),
+            "spent_usd": str(usage.spent_usd),
+            "reserved_usd": str(usage.reserved_usd),
+            "window_start": usage.window_start.isoformat(),
+            "window_end": usage.window_end.isoformat(),
+        },
+        destinations=destinations_for(severity=severity),
+    )
+    logger.warning("budget %s: %s alert (%s)", budget.name, kind, title)
