@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from ledger.budgets import budget_settle
 from ledger.models import CostEntry, ModelPrice
 from ledger.pricing import attempt_cost, upper_bound_cost
 from ledger.selectors import price_for_model
@@ -123,7 +124,7 @@ def _create_row(
     entry_type: str = CostEntry.EntryType.ATTEMPT,
     corrects: CostEntry | None = None,
 ) -> CostEntry:
-    return CostEntry.objects.create(
+    entry = CostEntry.objects.create(
         job=job,
         attempt=attempt,
         entry_type=entry_type,
@@ -145,6 +146,9 @@ def _create_row(
         retry_delay_seconds=record.retry_delay_seconds,
         **_usage_fields(record.usage),
     )
+    # In the same transaction: budget windows always equal the ledger.
+    budget_settle(entry=entry, job=job)
+    return entry
 
 
 def _usage_fields(usage: dict[str, int]) -> dict[str, int]:
