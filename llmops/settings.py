@@ -311,6 +311,12 @@ LLM_OVERDUE_RETRY_ALERT_SECONDS = envfloat("LLM_OVERDUE_RETRY_ALERT_SECONDS", 12
 """A WARNING when a retrying job's next attempt is this many seconds overdue: no scheduler runs,
 or the llm workers are far behind."""
 
+# --- Budgets ----------------------------------------------------------------------------------
+
+LEDGER_FORECAST_WINDOW_HOURS = envfloat("LEDGER_FORECAST_WINDOW_HOURS", 24.0, minimum=0.1)
+"""A budget's burn rate is its ledger spend over this many recent hours (a day budget: never
+before the start of its day); ledger/forecast.py projects the window's end from it."""
+
 # --- Demo -------------------------------------------------------------------------------------
 
 DEMO_USERNAME = os.environ.get("DEMO_USERNAME", "demo")
