@@ -22,16 +22,19 @@ from jobs import provider
 from jobs.breaker import breaker_close, breaker_gate
 from jobs.models import LlmJob
 from jobs.retry_policy import classify
+from jobs.selectors import job_for_run
 from jobs.services import (
     AttemptFailure,
     SuccessResult,
     job_attempt_failed,
+    job_budget_refused,
     job_claim,
     job_complete,
 )
 from jobs.timeouts import read_timeout_for
+from ledger.budgets import budget_release, budget_reserve
 from ledger.models import CostEntry
-from ledger.services import AttemptRecord
+from ledger.services import AttemptRecord, job_upper_bound_cost
 from llmops.queues import LLM_QUEUE, job_lock_key
 
 __all__ = ["failure_from_outcome", "job_run"]
@@ -109,8 +112,23 @@ def job_run(*, job_id: str, rq_job_id: str | None = None) -> str:
         if gate == "open":
             logger.info("job %s held: the provider circuit breaker is open", job_id)
             return "held"
+        waiting = job_for_run(job_id=job_id, rq_job_id=rq_job_id)
+        if waiting is None:
+            logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
+            return "skipped"
+        # The attempt's worst case is reserved against every budget before the claim: a job
+        # that does not fit uses no attempt and makes no call.
+        attempt = waiting.attempts + 1
+        refusal = budget_reserve(
+            job=waiting, attempt=attempt, amount=job_upper_bound_cost(job=waiting)
+        )
+        if refusal is not None:
+            job_budget_refused(job_id=waiting.id, rq_job_id=rq_job_id, refusal=refusal)
+            logger.info("job %s: budget %s (%s)", job_id, refusal.action, refusal.message)
+            return f"budget_{refusal.action}"
         job = job_claim(job_id=job_id, rq_job_id=rq_job_id)
-        if job is None:
+        if job is None or job.attempts != attempt:
+            budget_release(job=waiting, attempt=attempt)
             logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
             return "skipped"
         return _attempt(job, probe=gate == "probe", lock=lock)

@@ -1,8 +1,9 @@
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from django.contrib.auth.models import User
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from jobs.models import LlmJob
 from llmops.errors import NotFound, ValidationFailed
@@ -42,3 +43,26 @@ def job_oldest_overdue_retry(*, due_before: datetime) -> LlmJob | None:
         .order_by("next_attempt_at")
         .first()
     )
+
+
+DUE_TOLERANCE_SECONDS = 1.0
+"""A retry's RQ job may start this much before ``next_attempt_at``: the scheduler computes its
+due time from the same delay a moment after the row, so a legitimate copy is never refused."""
+
+
+def jobs_runnable(*, job_id: str, rq_job_id: str | None) -> QuerySet[LlmJob]:
+    """The job, if this RQ job may run it now: waiting, due, and the RQ job the row points at
+    (a stray copy requeued by hand or duplicated by a failover matches nothing)."""
+    due = Q(status=LlmJob.Status.QUEUED) | Q(
+        status=LlmJob.Status.RETRYING,
+        next_attempt_at__lte=timezone.now() + timedelta(seconds=DUE_TOLERANCE_SECONDS),
+    )
+    jobs = LlmJob.objects.filter(due, id=job_id)
+    if rq_job_id is not None:
+        jobs = jobs.filter(rq_job_id=rq_job_id)
+    return jobs
+
+
+def job_for_run(*, job_id: str, rq_job_id: str | None) -> LlmJob | None:
+    """The job an RQ job is about to run, read without a lock (``job_claim`` decides)."""
+    return jobs_runnable(job_id=job_id, rq_job_id=rq_job_id).first()

@@ -17,6 +17,7 @@ only holds the lock, beats the heartbeat and makes the call.
 
 import hashlib
 import logging
+import math
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,7 +27,7 @@ from typing import Any
 import django_rq
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -34,9 +35,11 @@ from redis.exceptions import RedisError
 from jobs import breaker
 from jobs.models import LlmJob
 from jobs.retry_policy import Classification, decide
+from jobs.selectors import jobs_runnable
 from jobs.timeouts import job_timeout_for, max_nonstreaming_tokens
 from jobs.transitions import Transition, transition_committed
 from jobs.validation import validate_job_request
+from ledger.budgets import BudgetRefusal, budgets_exhausted_for
 from ledger.models import CostEntry
 from ledger.selectors import price_for_model
 from ledger.services import (
@@ -44,13 +47,14 @@ from ledger.services import (
     cost_entry_correct_late_result,
     cost_entry_record_attempt,
 )
-from llmops.errors import Conflict, ValidationFailed
+from llmops.errors import Conflict, LimitExceeded, ValidationFailed
 from llmops.queues import LLM_QUEUE, RUN_LLM_JOB_TASK
 
 __all__ = [
     "AttemptFailure",
     "SuccessResult",
     "job_attempt_failed",
+    "job_budget_refused",
     "job_cancel",
     "job_claim",
     "job_complete",
@@ -62,10 +66,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-DUE_TOLERANCE_SECONDS = 1.0
-"""A retry's RQ job may start this much before ``next_attempt_at``: the scheduler computes its
-due time from the same delay a moment after the row, so a legitimate copy is never refused."""
 
 
 @dataclass
@@ -165,6 +165,39 @@ def check_against_price_table(*, model: str, max_tokens: int) -> None:
         )
 
 
+def check_budgets_not_spent(*, feature: str, user: User) -> None:
+    """A feature or user whose hard budget is already spent this window gets 429 at submit, with
+    ``Retry-After`` at the window reset, and nothing is written."""
+    exhausted = budgets_exhausted_for(feature=feature, user_id=user.id)
+    if not exhausted:
+        return
+    reset = max(usage.window_end for usage in exhausted)
+    retry_after = max(1, math.ceil((reset - timezone.now()).total_seconds()))
+    raise LimitExceeded(
+        "This budget is spent for the current window: "
+        + ", ".join(
+            f"{u.budget.name} ({u.budget.period}: ${u.spent_usd} of ${u.budget.limit_usd})"
+            for u in exhausted
+        )
+        + f". It resets at {reset.isoformat()}.",
+        code="budget_exceeded",
+        detail={
+            "budgets": [
+                {
+                    "budget": u.budget.name,
+                    "period": u.budget.period,
+                    "limit_usd": str(u.budget.limit_usd),
+                    "spent_usd": str(u.spent_usd),
+                    "resets_at": u.window_end.isoformat(),
+                }
+                for u in exhausted
+            ],
+            "retry_after_seconds": retry_after,
+        },
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
 def idempotency_key_hash(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -174,6 +207,7 @@ def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> 
     returns the first job. Keys compare byte for byte: ``Key-A`` and ``key-a`` are two keys."""
     request = validate_job_request(data)
     check_against_price_table(model=request.model, max_tokens=request.max_tokens)
+    check_budgets_not_spent(feature=request.feature, user=user)
     fingerprint = request.fingerprint()
 
     key_hash = None
@@ -235,15 +269,8 @@ def job_claim(*, job_id: str, rq_job_id: str | None = None) -> LlmJob | None:
     left alone. One conditional UPDATE: exactly one winner.
     """
     now = timezone.now()
-    due = Q(status=LlmJob.Status.QUEUED) | Q(
-        status=LlmJob.Status.RETRYING,
-        next_attempt_at__lte=now + timedelta(seconds=DUE_TOLERANCE_SECONDS),
-    )
-    claim = LlmJob.objects.filter(due, id=job_id)
-    if rq_job_id is not None:
-        claim = claim.filter(rq_job_id=rq_job_id)
     with transaction.atomic():
-        if not claim.update(
+        if not jobs_runnable(job_id=job_id, rq_job_id=rq_job_id).update(
             status=LlmJob.Status.RUNNING,
             attempts=F("attempts") + 1,
             budget_attempts=F("budget_attempts") + 1,
@@ -435,6 +462,62 @@ def _end_failed_attempt(job: LlmJob, failure: AttemptFailure, *, via: Transition
     if breaker.is_account_wide(reason):
         breaker.breaker_open(reason_code=reason, message=failure.record.message, job=job)
     transition_committed(job, via or Transition.DEAD_LETTERED)
+    return job
+
+
+@transaction.atomic
+def job_budget_refused(
+    *, job_id: uuid.UUID, rq_job_id: str | None, refusal: BudgetRefusal
+) -> LlmJob | None:
+    """A waiting job whose next attempt does not fit a budget; no provider call was made, so no
+    attempt is used and no ledger row written.
+
+    ``wait``: it would fit once the calls in flight settle: retried shortly. ``defer``: held as
+    ``retrying`` until the window resets. ``reject``: dead-lettered as ``budget_exceeded``
+    (WARNING). Returns None when the job moved on meanwhile.
+    """
+    from jobs.retry_policy import classify
+
+    job = LlmJob.objects.select_for_update().get(id=job_id)
+    if job.status not in LlmJob.WAITING_STATUSES or (
+        rq_job_id is not None and job.rq_job_id != rq_job_id
+    ):
+        return None
+    if refusal.action == "wait":
+        job.status = LlmJob.Status.RETRYING
+        job.next_attempt_at = refusal.retry_at
+        job.save(update_fields=["status", "next_attempt_at"])
+        job_enqueue(job=job, delay_seconds=(refusal.retry_at - timezone.now()).total_seconds())
+        transition_committed(job, Transition.RETRY_SCHEDULED)
+        return job
+    classification = classify(kind="budget_exceeded")
+    job.error_code = classification.reason_code
+    job.error_http_status = None
+    job.error_message = refusal.message[:2000]
+    job.error_severity = classification.severity
+    fields = ["status", "next_attempt_at", "error_code", "error_http_status", "error_message"]
+    fields.append("error_severity")
+    if refusal.action == "defer":
+        job.status = LlmJob.Status.RETRYING
+        job.next_attempt_at = refusal.retry_at
+        job.save(update_fields=fields)
+        job_enqueue(job=job, delay_seconds=(refusal.retry_at - timezone.now()).total_seconds())
+        transition_committed(job, Transition.RETRY_SCHEDULED)
+        return job
+
+    from alerts.services import failure_record_create
+
+    job.status = LlmJob.Status.FAILED
+    job.completed_at = timezone.now()
+    job.next_attempt_at = None
+    job.save(update_fields=[*fields, "completed_at"])
+    failure_record_create(
+        job=job,
+        severity=classification.severity,
+        reason_code=classification.reason_code,
+        message=refusal.message,
+    )
+    transition_committed(job, Transition.DEAD_LETTERED)
     return job
 
 

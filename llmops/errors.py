@@ -34,8 +34,10 @@ class ApplicationError(Exception):
         code: str | None = None,
         detail: Any = None,
         status_code: int | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.message = message or self.default_message
+        self.headers = headers or {}
         if code is not None:
             self.code = code
         if status_code is not None:
@@ -58,6 +60,13 @@ class NotFound(ApplicationError):
 class Conflict(ApplicationError):
     status_code = status.HTTP_409_CONFLICT
     code = "conflict"
+
+
+class LimitExceeded(ApplicationError):
+    """A limit the caller hit (a spent budget); ``Retry-After`` says when it lifts."""
+
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    code = "limit_exceeded"
 
 
 class RequestTooLarge(ApplicationError):
@@ -89,7 +98,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
     if isinstance(exc, ApplicationError):
         set_rollback()
-        return Response(_body(exc.code, exc.message, exc.detail), status=exc.status_code)
+        return Response(
+            _body(exc.code, exc.message, exc.detail), status=exc.status_code, headers=exc.headers
+        )
     if isinstance(exc, OperationalError | InterfaceError | RedisError):
         # The database (or Redis, where a request needs it) is unreachable: nothing was written
         # (the request's transaction rolled back), so the client can safely retry.
