@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from ledger.admin_reports import CostReportAdminMixin
 from ledger.models import CostEntry, ModelPrice
 from llmops.admin import ReadOnlyAdmin
 
@@ -67,7 +68,7 @@ class ModelPriceAdmin(admin.ModelAdmin):
 
 
 @admin.register(CostEntry)
-class CostEntryAdmin(ReadOnlyAdmin):
+class CostEntryAdmin(CostReportAdminMixin, ReadOnlyAdmin):
     list_display = [
         "created_at",
         "job",

@@ -1,10 +1,19 @@
-from datetime import datetime
+import re
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
 from uuid import UUID
 
-from django.db.models import QuerySet
+from django.contrib.auth.models import User
+from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models.functions import TruncDate
 from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
 
+from alerts.models import FailureRecord
 from ledger.models import CostEntry, ModelPrice
+from llmops.errors import ValidationFailed
 
 
 def price_for_model(*, model: str, at: datetime | None = None) -> ModelPrice | None:
@@ -18,3 +27,207 @@ def price_for_model(*, model: str, at: datetime | None = None) -> ModelPrice | N
 
 def cost_entries_for_job(*, job_id: UUID) -> QuerySet[CostEntry]:
     return CostEntry.objects.filter(job_id=job_id).order_by("attempt")
+
+
+# --- Cost reports -----------------------------------------------------------------------------
+
+REPORT_GROUPS = ("feature", "model", "user", "day")
+"""What a cost report can group by; the first is the default."""
+
+REPORT_DEFAULT_DAYS = 30
+"""A report without ``since`` covers the last 30 days: a month of spend, and a range the
+(feature, created_at) and (user, created_at) indexes answer quickly."""
+
+TOKEN_KINDS = {
+    "input": "input_tokens",
+    "output": "output_tokens",
+    "cache_write_5m": "cache_write_5m_tokens",
+    "cache_write_1h": "cache_write_1h_tokens",
+    "cache_read": "cache_read_tokens",
+}
+"""Report name of each token kind -> its ``CostEntry`` column."""
+
+_RELATIVE = re.compile(r"^(\d{1,6})([dhm])$")
+_RELATIVE_UNITS = {"d": "days", "h": "hours", "m": "minutes"}
+
+
+@dataclass(frozen=True)
+class CostReportRow:
+    """One group of a cost report (or the totals, whose ``key`` is None)."""
+
+    key: str | None
+    jobs: int = 0
+    attempts: int = 0
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KINDS, 0))
+    cost_usd: Decimal = Decimal("0")
+    failures: int = 0
+
+
+@dataclass(frozen=True)
+class CostReport:
+    group_by: str
+    since: datetime
+    until: datetime
+    rows: list[CostReportRow]
+    totals: CostReportRow
+
+
+def _invalid(field_name: str, message: str) -> ValidationFailed:
+    return ValidationFailed(message, code="invalid_filter", detail={"field": field_name})
+
+
+def report_time_parse(*, value: str, field_name: str, now: datetime, end_of_day: bool) -> datetime:
+    """An aware UTC datetime from ``7d``/``24h``/``30m`` (that long before ``now``), an ISO date
+    (its midnight UTC, or the next midnight when ``end_of_day``: ``until=2025-01-31`` includes
+    the 31st) or an ISO datetime (naive means UTC). Anything else raises ``invalid_filter``."""
+    value = value.strip()
+    try:
+        if match := _RELATIVE.match(value):
+            amount, unit = int(match[1]), _RELATIVE_UNITS[match[2]]
+            return now - timedelta(**{unit: amount})
+        if (day := parse_date(value)) is not None:
+            start = datetime.combine(day, time.min, tzinfo=UTC)
+            return start + timedelta(days=1) if end_of_day else start
+        if (moment := parse_datetime(value)) is not None:
+            if timezone.is_naive(moment):
+                return moment.replace(tzinfo=UTC)
+            return moment.astimezone(UTC)
+    except (ValueError, OverflowError):
+        pass  # A well-formed but impossible value (2025-02-30, 999999d): the same answer.
+    raise _invalid(
+        field_name,
+        f"{field_name} must be an ISO date or datetime (UTC unless it says otherwise) "
+        "or a relative time such as 7d, 24h or 30m.",
+    )
+
+
+def report_range_parse(
+    *, since: str | None, until: str | None, now: datetime | None = None
+) -> tuple[datetime, datetime]:
+    """The report's half-open range [since, until): by default the last 30 days up to now."""
+    now = now or timezone.now()
+    end = (
+        report_time_parse(value=until, field_name="until", now=now, end_of_day=True)
+        if until
+        else now
+    )
+    start = (
+        report_time_parse(value=since, field_name="since", now=now, end_of_day=False)
+        if since
+        else end - timedelta(days=REPORT_DEFAULT_DAYS)
+    )
+    if start >= end:
+        raise _invalid("since", "since must be before until.")
+    return start, end
+
+
+def report_user_find(*, value: str) -> User:
+    """The user a report is filtered to, by username or by id."""
+    found = User.objects.filter(username=value).first()
+    if found is None and value.isdigit():
+        found = User.objects.filter(id=int(value)).first()
+    if found is None:
+        raise _invalid("user", f"No user {value!r}.")
+    return found
+
+
+def cost_report(
+    *,
+    group_by: str = REPORT_GROUPS[0],
+    since: datetime,
+    until: datetime,
+    user: User | None = None,
+    feature: str | None = None,
+    model: str | None = None,
+) -> CostReport:
+    """Ledger rows created in [since, until), grouped, with the failures (dead-lettered jobs,
+    ``FailureRecord``) created in the same range for the same group.
+
+    Per group: distinct jobs, attempts (``attempt`` rows: a correction is not an attempt),
+    tokens by kind and cost of every row (corrections included, so the cost is what the group
+    really cost). Three queries whatever the size: the ledger's GROUP BY, the failures' GROUP
+    BY, and the distinct jobs of the whole range for the totals (a job may fall in two groups:
+    two days, or two models after a requeue on another model); group_by=user adds one query for
+    the usernames. Rows come by cost, highest first; by day, oldest first.
+    """
+    if group_by not in REPORT_GROUPS:
+        raise _invalid("group_by", f"group_by must be one of {', '.join(REPORT_GROUPS)}.")
+
+    entries = CostEntry.objects.filter(created_at__gte=since, created_at__lt=until)
+    failures = FailureRecord.objects.filter(created_at__gte=since, created_at__lt=until)
+    if user is not None:
+        entries = entries.filter(user_id=user.pk)
+        failures = failures.filter(job__user_id=user.pk)
+    if feature:
+        entries = entries.filter(feature=feature)
+        failures = failures.filter(job__feature=feature)
+    if model:
+        entries = entries.filter(model=model)
+        failures = failures.filter(job__model=model)
+
+    entry_key, failure_key = {
+        "feature": (F("feature"), F("job__feature")),
+        "model": (F("model"), F("job__model")),
+        "user": (F("user_id"), F("job__user_id")),
+        # The ranges are UTC and so are the days, whatever the server's time zone.
+        "day": (TruncDate("created_at", tzinfo=UTC), TruncDate("created_at", tzinfo=UTC)),
+    }[group_by]
+    sums = {kind: Sum(column) for kind, column in TOKEN_KINDS.items()}
+    grouped = (
+        entries.order_by()
+        .values(group=entry_key)
+        .annotate(
+            jobs=Count("job_id", distinct=True),
+            attempts=Count("id", filter=Q(entry_type=CostEntry.EntryType.ATTEMPT)),
+            cost=Sum("cost_usd"),
+            **sums,
+        )
+    )
+    failed = dict(
+        failures.order_by()
+        .values(group=failure_key)
+        .annotate(n=Count("id"))
+        .values_list("group", "n")
+    )
+
+    rows: dict[Any, CostReportRow] = {}
+    for values in grouped:
+        rows[values["group"]] = CostReportRow(
+            key=None,
+            jobs=values["jobs"],
+            attempts=values["attempts"],
+            tokens={kind: int(values[kind] or 0) for kind in TOKEN_KINDS},
+            cost_usd=values["cost"] or Decimal("0"),
+            failures=failed.get(values["group"], 0),
+        )
+    for group, count in failed.items():
+        # A job that failed in range whose attempts were all booked before it.
+        rows.setdefault(group, CostReportRow(key=None, failures=count))
+
+    names = _report_keys(group_by, list(rows))
+    keyed = [replace(row, key=names[group]) for group, row in rows.items()]
+    if group_by == "day":
+        keyed.sort(key=lambda row: row.key or "")
+    else:
+        keyed.sort(key=lambda row: (-row.cost_usd, row.key or ""))
+
+    totals = CostReportRow(
+        key=None,
+        jobs=entries.aggregate(jobs=Count("job_id", distinct=True))["jobs"] if rows else 0,
+        attempts=sum(row.attempts for row in keyed),
+        tokens={kind: sum(row.tokens[kind] for row in keyed) for kind in TOKEN_KINDS},
+        cost_usd=sum((row.cost_usd for row in keyed), Decimal("0")),
+        failures=sum(row.failures for row in keyed),
+    )
+    return CostReport(group_by=group_by, since=since, until=until, rows=keyed, totals=totals)
+
+
+def _report_keys(group_by: str, groups: list[Any]) -> dict[Any, str | None]:
+    """What each group is called in a report: usernames for user ids (one query), ISO dates."""
+    if group_by == "user":
+        ids = [group for group in groups if group is not None]
+        usernames = dict(User.objects.filter(id__in=ids).values_list("id", "username"))
+        return {group: usernames.get(group) for group in groups}
+    if group_by == "day":
+        return {group: group.isoformat() if group else None for group in groups}
+    return {group: group for group in groups}

@@ -1,0 +1,85 @@
+"""Thin DRF views over the ledger: validate, call a selector, serialize."""
+
+from datetime import datetime
+from typing import Any, cast
+
+from django.contrib.auth.models import User
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ledger.selectors import (
+    REPORT_GROUPS,
+    CostReport,
+    cost_report,
+    report_range_parse,
+    report_user_find,
+)
+from llmops.errors import ApplicationError
+
+
+def _utc(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+class CostReportRowSerializer(serializers.Serializer):
+    key = serializers.CharField(allow_null=True)
+    jobs = serializers.IntegerField()
+    attempts = serializers.IntegerField()
+    tokens = serializers.DictField(child=serializers.IntegerField())
+    cost_usd = serializers.DecimalField(max_digits=16, decimal_places=6, coerce_to_string=True)
+    failures = serializers.IntegerField()
+
+
+def cost_report_data(report: CostReport, filters: dict[str, Any]) -> dict[str, Any]:
+    """The JSON body of a report; the admin's CSV and the command read the same ``CostReport``."""
+    totals = CostReportRowSerializer(report.totals).data
+    totals.pop("key")
+    return {
+        "group_by": report.group_by,
+        "since": _utc(report.since),
+        "until": _utc(report.until),
+        "filters": filters,
+        "rows": CostReportRowSerializer(report.rows, many=True).data,
+        "totals": totals,
+    }
+
+
+class CostReportApi(APIView):
+    """``GET /api/v1/costs/?group_by=feature|model|user|day&since=&until=&feature=&model=&user=``
+
+    Staff see every user's spend and may filter by ``user`` (username or id); anyone else sees
+    only their own, and a ``user`` filter from them is refused.
+    """
+
+    def get(self, request: Request) -> Response:
+        viewer = cast(User, request.user)
+        params = request.query_params
+        since, until = report_range_parse(since=params.get("since"), until=params.get("until"))
+        user: User | None = None
+        if not viewer.is_staff:
+            if params.get("user"):
+                raise ApplicationError(
+                    "Only staff may report on other users; yours is the only spend you see.",
+                    code="permission_denied",
+                    status_code=status.HTTP_403_FORBIDDEN,
+                    detail={"field": "user"},
+                )
+            user = viewer
+        elif params.get("user"):
+            user = report_user_find(value=params["user"])
+        report = cost_report(
+            group_by=params.get("group_by") or REPORT_GROUPS[0],
+            since=since,
+            until=until,
+            user=user,
+            feature=params.get("feature") or None,
+            model=params.get("model") or None,
+        )
+        filters = {
+            "feature": params.get("feature") or None,
+            "model": params.get("model") or None,
+            "user": user.get_username() if user is not None else None,
+        }
+        return Response(cost_report_data(report, filters))
