@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from ledger import admin_budgets  # noqa: F401  (registers BudgetAdmin)
 from ledger.admin_reports import CostReportAdminMixin
 from ledger.models import CostEntry, ModelPrice
 from llmops.admin import ReadOnlyAdmin

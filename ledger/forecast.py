@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from ledger.budgets import BudgetUsage, budget_usage
@@ -107,11 +107,11 @@ def lookback_hours_for(*, budget: Budget, window_start: datetime, now: datetime)
 
 
 def _scope_spend(budget: Budget, start: datetime, end: datetime) -> Decimal:
-    entries = CostEntry.objects.filter(created_at__gte=start, created_at__lte=end)
     if budget.scope == Budget.Scope.FEATURE:
-        entries = entries.filter(feature=budget.feature)
+        scope = Q(feature=budget.feature)
     else:
-        entries = entries.filter(user_id=budget.user_id)
+        scope = Q(user_id=budget.user_id)
+    entries = CostEntry.objects.filter(scope, created_at__gte=start, created_at__lte=end)
     return entries.aggregate(total=Sum("cost_usd"))["total"] or Decimal(0)
 
 

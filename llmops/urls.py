@@ -5,6 +5,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/jobs/", include("jobs.urls")),
     path("api/v1/failures/", include("alerts.urls")),
+    path("api/v1/", include("ledger.budget_urls")),
     path("api/v1/costs/", include("ledger.urls")),
     path("django-rq/", include("django_rq.urls")),
 ]

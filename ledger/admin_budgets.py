@@ -1,0 +1,186 @@
+"""The Budget admin: where staff set per-feature and per-user budgets and watch them hold.
+
+Each list row shows its current window (spent, reserved, remaining, a bar) and the forecast
+(ledger/forecast.py). A row's status is read once and kept on the row object, so the columns of
+one row share a few queries instead of costing a few each.
+"""
+
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.core.exceptions import NON_FIELD_ERRORS
+from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ledger.forecast import BudgetStatus, budget_status
+from ledger.models import Budget
+
+BAR_COLOURS = {"ok": "#417690", "soft": "#d98e04", "exhausted": "#ba2121"}
+"""Admin blue below the soft alert, amber from it, red at the limit (the admin's error red)."""
+
+_STATUS_ATTRIBUTE = "_budget_status"
+
+
+def status_of(budget: Budget) -> BudgetStatus:
+    """The budget's status, read on first use and kept on this object for the other columns."""
+    status = getattr(budget, _STATUS_ATTRIBUTE, None)
+    if status is None:
+        status = budget_status(budget=budget)
+        setattr(budget, _STATUS_ATTRIBUTE, status)
+    return status
+
+
+def money(amount: Decimal) -> str:
+    return f"${amount:.6f}"
+
+
+def bar_level(*, percent_used: Decimal, soft_alert_percent: int) -> str:
+    if percent_used >= 100:
+        return "exhausted"
+    if percent_used >= soft_alert_percent:
+        return "soft"
+    return "ok"
+
+
+SCOPE_CONSTRAINT = "budget_scope_is_consistent"
+
+
+class BudgetAdminForm(forms.ModelForm):
+    """Budget.clean() explains a scope mismatch in words; the database check constraint behind
+    it would repeat the same problem as "Constraint ... is violated": show the words only."""
+
+    class Meta:
+        model = Budget
+        fields = [
+            "scope",
+            "feature",
+            "user",
+            "period",
+            "limit_usd",
+            "soft_alert_percent",
+            "on_exceed",
+            "enabled",
+        ]
+
+    def _post_clean(self) -> None:  # type: ignore[misc]  # ModelForm's model validation step
+        super()._post_clean()  # type: ignore[misc]
+        errors = self.errors.get(NON_FIELD_ERRORS)
+        if errors is not None and len(errors) > 1:
+            errors.data = [e for e in errors.data if SCOPE_CONSTRAINT not in str(e)]
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    form = BudgetAdminForm
+    list_display = [
+        "budget_name",
+        "period",
+        "limit_usd",
+        "spent",
+        "reserved",
+        "remaining",
+        "percent_used",
+        "forecast",
+        "on_exceed",
+        "enabled",
+    ]
+    list_display_links = ["budget_name"]
+    list_editable = ["enabled"]
+    list_filter = ["scope", "period", "enabled"]
+    list_select_related = ["user"]
+    search_fields = ["feature", "user__username"]
+    autocomplete_fields = ["user"]
+    readonly_fields = ["spent", "reserved", "remaining", "percent_used", "forecast"]
+    fieldsets = [
+        (
+            "What it limits",
+            {
+                "fields": ["scope", "feature", "user"],
+                "description": (
+                    "A feature budget names a feature (and no user); a user budget names a user "
+                    "(and no feature). A job counts against every enabled budget of its feature "
+                    "and of its owner."
+                ),
+            },
+        ),
+        (
+            "Limit",
+            {
+                "fields": ["period", "limit_usd", "soft_alert_percent", "on_exceed", "enabled"],
+                "description": (
+                    "Windows are UTC days or months. Reject dead-letters a job that does not "
+                    "fit; defer holds it until the window resets."
+                ),
+            },
+        ),
+    ]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Budget | None = None) -> Any:
+        fieldsets = list(super().get_fieldsets(request, obj))
+        if obj is not None:
+            fieldsets.append(
+                (
+                    "Current window",
+                    {"fields": ["spent", "reserved", "remaining", "percent_used", "forecast"]},
+                )
+            )
+        return fieldsets
+
+    @admin.display(description="budget", ordering="feature")
+    def budget_name(self, budget: Budget) -> str:
+        return budget.name
+
+    @admin.display(description="spent")
+    def spent(self, budget: Budget) -> str:
+        return money(status_of(budget).usage.spent_usd)
+
+    @admin.display(description="reserved")
+    def reserved(self, budget: Budget) -> str:
+        return money(status_of(budget).usage.reserved_usd)
+
+    @admin.display(description="remaining")
+    def remaining(self, budget: Budget) -> str:
+        return money(status_of(budget).usage.remaining_usd)
+
+    @admin.display(description="used")
+    def percent_used(self, budget: Budget) -> SafeString:
+        usage = status_of(budget).usage
+        percent = usage.percent_used
+        level = bar_level(percent_used=percent, soft_alert_percent=budget.soft_alert_percent)
+        width = min(Decimal(100), max(Decimal(0), percent))
+        return format_html(
+            '<div class="budget-bar budget-bar-{}" title="{}% of {} used, soft alert at {}%" '
+            'style="display:inline-block;vertical-align:middle;width:120px;height:10px;'
+            'background:#e0e0e0;border-radius:3px;overflow:hidden;margin-right:6px">'
+            '<div style="width:{}%;height:100%;background:{}"></div></div>'
+            '<span class="budget-percent">{}%</span>',
+            level,
+            percent,
+            money(budget.limit_usd),
+            budget.soft_alert_percent,
+            width,
+            BAR_COLOURS[level],
+            percent,
+        )
+
+    @admin.display(description="forecast")
+    def forecast(self, budget: Budget) -> SafeString:
+        status = status_of(budget)
+        forecast = status.forecast
+        if status.usage.exhausted:
+            exhaustion = "exhausted"
+        elif forecast.projected_exhaustion_at is None:
+            exhaustion = "—"
+        else:
+            exhaustion = f"runs out {forecast.projected_exhaustion_at:%Y-%m-%d %H:%M} UTC"
+        return format_html(
+            '<span class="budget-forecast" title="burn rate {} per hour over the last {} h">'
+            "{} at window end<br>{}</span>",
+            money(forecast.burn_rate_usd_per_hour),
+            forecast.lookback_hours.quantize(Decimal("0.1")),
+            money(forecast.projected_spend_usd),
+            exhaustion,
+        )
