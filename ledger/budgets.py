@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Literal
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Sum
 from django.utils import timezone
@@ -154,7 +155,8 @@ class BudgetRefusal:
     @property
     def retry_at(self) -> datetime:
         if self.action == "wait":
-            return timezone.now() + timedelta(seconds=RESERVATION_WAIT_SECONDS)
+            wait = RESERVATION_WAIT_SECONDS * settings.LLM_RETRY_DELAY_SCALE
+            return timezone.now() + timedelta(seconds=wait)
         return self.usage.window_end
 
     @property
@@ -261,11 +263,23 @@ def budget_settle(*, entry: CostEntry, job: "LlmJob") -> None:
             )
     for budget in budgets_for(feature=entry.feature, user_id=entry.user_id):
         held = by_budget.get(budget.id)
-        start = held.window_start if held else window_bounds(budget.period, now)[0]
-        if entry.cost_usd and BudgetWindow.objects.filter(budget=budget, window_start=start).update(
-            spent_usd=F("spent_usd") + entry.cost_usd
-        ):
-            touched.add((budget.id, start))
+        start, end = window_bounds(budget.period, held.window_start if held else now)
+        window = BudgetWindow.objects.filter(budget=budget, window_start=start)
+        if not entry.cost_usd:
+            continue
+        if not window.update(spent_usd=F("spent_usd") + entry.cost_usd):
+            # The window's first spend: its row starts from the ledger, this row included (the
+            # same transaction wrote it). A concurrent creator wins the key: add to its row.
+            try:
+                with transaction.atomic():
+                    BudgetWindow.objects.create(
+                        budget=budget,
+                        window_start=start,
+                        spent_usd=_ledger_spend(budget, start, end),
+                    )
+            except IntegrityError:
+                window.update(spent_usd=F("spent_usd") + entry.cost_usd)
+        touched.add((budget.id, start))
     for budget_id, start in sorted(touched):
         window = BudgetWindow.objects.select_related("budget", "budget__user").get(
             budget_id=budget_id, window_start=start

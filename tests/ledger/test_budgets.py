@@ -1,0 +1,238 @@
+"""Budgets hold under real concurrency, release deferred jobs at the reset, refuse spent ones at
+submit, and alert once per window. MariaDB, Redis and the fake provider are real."""
+
+import threading
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import django_rq
+import pytest
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from alerts.models import Alert, FailureRecord
+from jobs.models import LlmJob
+from jobs.runner import job_run
+from ledger.budgets import budget_usage, window_bounds
+from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry
+from ledger.services import job_upper_bound_cost
+from llmops.queues import LLM_QUEUE
+from tests.conftest import job_body, submit
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
+
+FEATURE = "bulk-summaries"
+
+
+def feature_budget(**fields: Any) -> Budget:
+    defaults: dict[str, Any] = {
+        "scope": Budget.Scope.FEATURE,
+        "feature": FEATURE,
+        "period": Budget.Period.MONTH,
+        "limit_usd": Decimal("1"),
+    }
+    return Budget.objects.create(**{**defaults, **fields})
+
+
+def one_job_bound(alice_client) -> Decimal:
+    """The worst case of one attempt of the jobs these tests submit."""
+    body = job_body(feature=FEATURE, max_tokens=16)
+    return job_upper_bound_cost(
+        job=LlmJob(
+            feature=FEATURE,
+            model=body["model"],
+            messages=body["messages"],
+            max_tokens=body["max_tokens"],
+        )
+    )
+
+
+def run_concurrently(job_ids: list[str], workers: int) -> None:
+    """``workers`` threads, each with its own database connection, run the jobs' RQ jobs at
+    once, as that many worker processes would."""
+    queue = django_rq.get_queue(LLM_QUEUE)
+    pending = list(job_ids)
+    lock = threading.Lock()
+    start = threading.Barrier(workers)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            start.wait()
+            while True:
+                with lock:
+                    if not pending:
+                        return
+                    job_id = pending.pop()
+                row = LlmJob.objects.get(id=job_id)
+                queue.remove(row.rq_job_id)
+                job_run(job_id=job_id, rq_job_id=row.rq_job_id)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    close_old_connections()
+    assert not errors, errors
+
+
+def test_twenty_concurrent_workers_never_push_settled_spend_past_a_hard_limit(
+    alice_client, fake_provider, workers
+):
+    fake_provider.faults({}, latency_ms="150-400")
+    bound = one_job_bound(alice_client)
+    budget = feature_budget(limit_usd=bound * 5)  # about ten jobs' real cost, five worst cases
+    jobs = [submit(alice_client, feature=FEATURE, max_tokens=16) for _ in range(20)]
+    ids = [str(job.id) for job in jobs]
+
+    for _ in range(40):
+        waiting = list(
+            LlmJob.objects.filter(id__in=ids, status__in=LlmJob.WAITING_STATUSES).values_list(
+                "id", flat=True
+            )
+        )
+        if not waiting:
+            break
+        workers.release_scheduled()
+        run_concurrently([str(i) for i in waiting], workers=20)
+    statuses = dict(LlmJob.objects.filter(id__in=ids).values_list("id", "status"))
+    assert set(statuses.values()) <= {"completed", "failed"}, statuses  # none lost or stuck
+    failed = LlmJob.objects.filter(id__in=ids, status="failed")
+    assert all(job.error_code == "budget_exceeded" for job in failed)
+    assert all(
+        r.reason_code == "budget_exceeded" and r.severity == "WARNING"
+        for r in FailureRecord.objects.filter(job__in=failed)
+    )
+    completed = LlmJob.objects.filter(id__in=ids, status="completed").count()
+    assert completed >= 5 and failed.count() >= 1
+
+    spent = CostEntry.objects.filter(feature=FEATURE).values_list("cost_usd", flat=True)
+    ledger_total = sum(spent, Decimal(0))
+    window = BudgetWindow.objects.get(budget=budget)
+    assert window.spent_usd == ledger_total <= budget.limit_usd
+    assert not BudgetReservation.objects.filter(settled_at__isnull=True).exists()
+    # A rejected job used no attempt and left no ledger row: it never called the provider.
+    assert all(job.attempts == 0 for job in failed)
+    assert fake_provider.stats()["requests"] == completed
+
+
+def spend(budget: Budget, amount: Decimal, *, alice) -> None:
+    """Book real ledger spend in the budget's scope (a completed attempt of some job)."""
+    from ledger.services import AttemptRecord, cost_entry_record_attempt
+
+    job = LlmJob.objects.create(
+        user=alice,
+        feature=FEATURE,
+        model="claude-haiku-4-5",
+        messages=[{"role": "user", "content": "x"}],
+        max_tokens=16,
+        request_fingerprint="x",
+        status="completed",
+    )
+    from ledger.models import ModelPrice
+
+    price = ModelPrice.objects.filter(model="claude-haiku-4-5").first()
+    assert price is not None
+    # Output tokens at $5 per million: amount / 5e-6 tokens.
+    tokens = int(amount / (price.output_per_mtok / Decimal(1_000_000)))
+    cost_entry_record_attempt(
+        job=job,
+        attempt=1,
+        record=AttemptRecord(outcome=CostEntry.Outcome.SUCCESS, usage={"output_tokens": tokens}),
+    )
+
+
+def test_a_spent_budget_refuses_at_submit_with_429_and_writes_nothing(alice, alice_client):
+    budget = feature_budget(limit_usd=Decimal("0.01"))
+    spend(budget, Decimal("0.01"), alice=alice)
+    before = LlmJob.objects.count()
+    response = alice_client.post("/api/v1/jobs/", job_body(feature=FEATURE), format="json")
+    assert response.status_code == 429, response.content
+    body = response.json()
+    assert body["code"] == "budget_exceeded"
+    _, reset = window_bounds(budget.period)
+    retry_after = int(response["Retry-After"])
+    assert abs(retry_after - (reset - timezone.now()).total_seconds()) < 5
+    assert body["detail"]["budgets"][0]["budget"] == f"feature:{FEATURE}"
+    assert LlmJob.objects.count() == before
+    # Another feature is not affected.
+    assert alice_client.post("/api/v1/jobs/", job_body(), format="json").status_code == 202
+
+
+def test_a_job_that_does_not_fit_a_reject_budget_is_dead_lettered_without_a_call(
+    alice, alice_client, workers, fake_provider
+):
+    bound = one_job_bound(alice_client)
+    budget = feature_budget(limit_usd=bound * 2)
+    job = submit(alice_client, feature=FEATURE, max_tokens=16)
+    spend(budget, bound * Decimal("1.5"), alice=alice)  # what is left cannot take a worst case
+    workers.drain()
+    job.refresh_from_db()
+    assert job.status == "failed" and job.error_code == "budget_exceeded"
+    assert job.error_severity == "WARNING" and job.attempts == 0
+    assert not CostEntry.objects.filter(job=job).exists()
+    assert FailureRecord.objects.get(job=job).reason_code == "budget_exceeded"
+    assert fake_provider.stats()["requests"] == 0
+
+
+def test_a_deferred_job_is_held_until_the_window_resets_then_runs(
+    alice, alice_client, workers, fake_provider, monkeypatch
+):
+    bound = one_job_bound(alice_client)
+    budget = feature_budget(limit_usd=bound * 2, period=Budget.Period.DAY, on_exceed="defer")
+    job = submit(alice_client, feature=FEATURE, max_tokens=16)
+    spend(budget, bound * Decimal("1.5"), alice=alice)
+    workers.work_once()
+    job.refresh_from_db()
+    _, reset = window_bounds(budget.period)
+    assert job.status == "retrying" and job.error_code == "budget_exceeded"
+    assert job.next_attempt_at == reset and job.attempts == 0
+    (scheduled, delay) = [(j, j) for j in workers.scheduled()][0]
+    assert scheduled.id == job.rq_job_id
+
+    # Nothing runs it early: a copy released now is refused as not due.
+    workers.release_scheduled()
+    workers.work_once()
+    job.refresh_from_db()
+    assert job.status == "retrying" and fake_provider.stats()["requests"] == 0
+
+    # The clock passes the reset: the new window has room, and the held job runs.
+    real_now = timezone.now
+    monkeypatch.setattr(
+        timezone, "now", lambda: real_now() + (reset - real_now()) + timedelta(seconds=5)
+    )
+    LlmJob.objects.filter(id=job.id).update(rq_job_id="")  # its RQ copy was consumed above
+    from jobs.reconciler import requeue_waiting_jobs
+
+    assert requeue_waiting_jobs(grace_seconds=0).requeued_lost == 1
+    workers.work_once()
+    job.refresh_from_db()
+    assert job.status == "completed" and job.attempts == 1
+    assert budget_usage(budget=budget).window_start == reset
+
+
+def test_soft_and_exhausted_alerts_go_out_once_per_window(alice, settings):
+    settings.ALERT_ROUTES = {}  # recorded as unrouted: the rows are what this test counts
+    budget = feature_budget(limit_usd=Decimal("0.010000"), soft_alert_percent=80)
+    spend(budget, Decimal("0.0050"), alice=alice)
+    assert not Alert.objects.exists()
+    spend(budget, Decimal("0.0031"), alice=alice)  # 81 %
+    spend(budget, Decimal("0.0005"), alice=alice)  # 86 %: no second warning
+    (warning,) = Alert.objects.all()
+    assert warning.severity == "WARNING" and warning.source == "budget"
+    assert f"feature:{FEATURE}" in warning.title
+    spend(budget, Decimal("0.0020"), alice=alice)  # 106 %: exhausted (a correction can pass 100)
+    spend(budget, Decimal("0.0010"), alice=alice)
+    severities = sorted(Alert.objects.values_list("severity", flat=True))
+    assert severities == ["ERROR", "WARNING"]
+    window = BudgetWindow.objects.get(budget=budget)
+    assert window.soft_alerted_at and window.exhausted_alerted_at
+    assert window.spent_usd == sum(
+        CostEntry.objects.filter(feature=FEATURE).values_list("cost_usd", flat=True), Decimal(0)
+    )
