@@ -34,7 +34,11 @@ def status_of(budget: Budget) -> BudgetStatus:
 
 
 def money(amount: Decimal) -> str:
-    return f"${amount:.6f}"
+    """Exact, but short: cents always, further decimals only when they are not zero
+    ($1.70, $0.00125), so eight money columns fit a list row."""
+    text = f"{amount:.6f}".rstrip("0")
+    whole, _, decimals = text.partition(".")
+    return f"${whole}.{decimals.ljust(2, '0')}"
 
 
 def bar_level(*, percent_used: Decimal, soft_alert_percent: int) -> str:
@@ -64,6 +68,7 @@ class BudgetAdminForm(forms.ModelForm):
             "on_exceed",
             "enabled",
         ]
+        labels = {"limit_usd": "Limit (USD)"}
 
     def _post_clean(self) -> None:  # type: ignore[misc]  # ModelForm's model validation step
         super()._post_clean()  # type: ignore[misc]
@@ -77,14 +82,14 @@ class BudgetAdmin(admin.ModelAdmin):
     form = BudgetAdminForm
     list_display = [
         "budget_name",
-        "period",
-        "limit_usd",
+        "window",
+        "limit",
         "spent",
         "reserved",
         "remaining",
         "percent_used",
         "forecast",
-        "on_exceed",
+        "when_exceeded",
         "enabled",
     ]
     list_display_links = ["budget_name"]
@@ -133,6 +138,14 @@ class BudgetAdmin(admin.ModelAdmin):
     def budget_name(self, budget: Budget) -> str:
         return budget.name
 
+    @admin.display(description="period", ordering="period")
+    def window(self, budget: Budget) -> str:
+        return budget.period  # "day" or "month": the labels' "(UTC)" is in the form's help
+
+    @admin.display(description="limit", ordering="limit_usd")
+    def limit(self, budget: Budget) -> str:
+        return money(budget.limit_usd)
+
     @admin.display(description="spent")
     def spent(self, budget: Budget) -> str:
         return money(status_of(budget).usage.spent_usd)
@@ -152,19 +165,25 @@ class BudgetAdmin(admin.ModelAdmin):
         level = bar_level(percent_used=percent, soft_alert_percent=budget.soft_alert_percent)
         width = min(Decimal(100), max(Decimal(0), percent))
         return format_html(
-            '<div class="budget-bar budget-bar-{}" title="{}% of {} used, soft alert at {}%" '
-            'style="display:inline-block;vertical-align:middle;width:120px;height:10px;'
-            'background:#e0e0e0;border-radius:3px;overflow:hidden;margin-right:6px">'
-            '<div style="width:{}%;height:100%;background:{}"></div></div>'
-            '<span class="budget-percent">{}%</span>',
-            level,
+            '<span style="white-space:nowrap" title="{}% of {} used, soft alert at {}%">'
+            '<span class="budget-bar budget-bar-{}" style="display:inline-block;'
+            "vertical-align:middle;width:60px;height:10px;background:#e0e0e0;"
+            'border-radius:3px;overflow:hidden;margin-right:6px">'
+            '<span style="display:block;width:{}%;height:100%;background:{}"></span></span>'
+            '<span class="budget-percent">{}%</span></span>',
             percent,
             money(budget.limit_usd),
             budget.soft_alert_percent,
+            level,
             width,
             BAR_COLOURS[level],
             percent,
         )
+
+    @admin.display(description="on exceed", ordering="on_exceed")
+    def when_exceeded(self, budget: Budget) -> str:
+        # The value ("reject", "defer"): the choice labels are sentences, too wide for a column.
+        return budget.on_exceed
 
     @admin.display(description="forecast")
     def forecast(self, budget: Budget) -> SafeString:
@@ -175,12 +194,18 @@ class BudgetAdmin(admin.ModelAdmin):
         elif forecast.projected_exhaustion_at is None:
             exhaustion = "—"
         else:
-            exhaustion = f"runs out {forecast.projected_exhaustion_at:%Y-%m-%d %H:%M} UTC"
+            exhaustion = f"out {forecast.projected_exhaustion_at:%b %d %H:%M}"
+        projected = forecast.projected_spend_usd
+        if projected >= 1:
+            # An estimate: cents are precision enough once it reaches dollars.
+            projected = projected.quantize(Decimal("0.01"))
         return format_html(
-            '<span class="budget-forecast" title="burn rate {} per hour over the last {} h">'
-            "{} at window end<br>{}</span>",
+            '<span class="budget-forecast" title="Projected spend at the end of the window '
+            "and when the limit runs out (UTC), at the burn rate of {} per hour over the last "
+            '{} h"><span style="white-space:nowrap">{} at end</span><br>'
+            '<span style="white-space:nowrap">{}</span></span>',
             money(forecast.burn_rate_usd_per_hour),
             forecast.lookback_hours.quantize(Decimal("0.1")),
-            money(forecast.projected_spend_usd),
+            money(projected),
             exhaustion,
         )
