@@ -264,10 +264,10 @@ def budget_settle(*, entry: CostEntry, job: "LlmJob") -> None:
     for budget in budgets_for(feature=entry.feature, user_id=entry.user_id):
         held = by_budget.get(budget.id)
         start, end = window_bounds(budget.period, held.window_start if held else now)
-        window = BudgetWindow.objects.filter(budget=budget, window_start=start)
+        windows = BudgetWindow.objects.filter(budget=budget, window_start=start)
         if not entry.cost_usd:
             continue
-        if not window.update(spent_usd=F("spent_usd") + entry.cost_usd):
+        if not windows.update(spent_usd=F("spent_usd") + entry.cost_usd):
             # The window's first spend: its row starts from the ledger, this row included (the
             # same transaction wrote it). A concurrent creator wins the key: add to its row.
             try:
@@ -278,7 +278,7 @@ def budget_settle(*, entry: CostEntry, job: "LlmJob") -> None:
                         spent_usd=_ledger_spend(budget, start, end),
                     )
             except IntegrityError:
-                window.update(spent_usd=F("spent_usd") + entry.cost_usd)
+                windows.update(spent_usd=F("spent_usd") + entry.cost_usd)
         touched.add((budget.id, start))
     for budget_id, start in sorted(touched):
         window = BudgetWindow.objects.select_related("budget", "budget__user").get(
