@@ -2,7 +2,7 @@
 
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.permissions import BasePermission, IsAdminUser
+from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -62,15 +62,9 @@ class BudgetStatusOutputSerializer(serializers.Serializer):
         return user.get_username() if user else None
 
 
-class CanViewBudgets(BasePermission):
-    message = "You do not have permission to view budgets."
-
-    def has_permission(self, request, view):  # type: ignore[no-untyped-def]
-        return request.user.has_perm("ledger.view_budget")
-
-
 class BudgetListApi(APIView):
-    permission_classes = [IsAdminUser, CanViewBudgets]
+    # Staff only: budgets show every feature's and every user's spend.
+    permission_classes = [IsAdminUser]
 
     def get(self, request: Request) -> Response:
         budgets = Budget.objects.select_related("user").order_by("id")
@@ -83,7 +77,8 @@ class BudgetListApi(APIView):
 
 
 class BudgetDetailApi(APIView):
-    permission_classes = [IsAdminUser, CanViewBudgets]
+    # Staff only: budgets show every feature's and every user's spend.
+    permission_classes = [IsAdminUser]
 
     def get(self, request: Request, budget_id: int) -> Response:
         budget = Budget.objects.select_related("user").filter(id=budget_id).first()
