@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test lint typecheck venv dev-venv migrate services browser bench clean
+.PHONY: run test lint typecheck venv dev-venv migrate services browser bench bench-costs clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -52,3 +52,8 @@ clean:
 bench: dev-venv services
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/fake_provider.py
+	$(BIN)/python bench/costs.py
+
+# Cost reports over a million synthetic ledger rows (its own database): query times and indexes.
+bench-costs: dev-venv services
+	$(BIN)/python bench/costs.py

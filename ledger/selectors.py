@@ -145,10 +145,10 @@ def cost_report(
 
     Per group: distinct jobs, attempts (``attempt`` rows: a correction is not an attempt),
     tokens by kind and cost of every row (corrections included, so the cost is what the group
-    really cost). Three queries whatever the size: the ledger's GROUP BY, the failures' GROUP
-    BY, and the distinct jobs of the whole range for the totals (a job may fall in two groups:
-    two days, or two models after a requeue on another model); group_by=user adds one query for
-    the usernames. Rows come by cost, highest first; by day, oldest first.
+    really cost). A fixed number of queries whatever the size: the ledger's GROUP BY, the
+    failures' GROUP BY, then by model or day the distinct jobs of the whole range for the totals
+    (see ``_total_jobs``), by user the usernames. Rows come by cost, highest first; by day,
+    oldest first.
     """
     if group_by not in REPORT_GROUPS:
         raise _invalid("group_by", f"group_by must be one of {', '.join(REPORT_GROUPS)}.")
@@ -213,13 +213,28 @@ def cost_report(
 
     totals = CostReportRow(
         key=None,
-        jobs=entries.aggregate(jobs=Count("job_id", distinct=True))["jobs"] if rows else 0,
+        jobs=_total_jobs(group_by, entries, keyed),
         attempts=sum(row.attempts for row in keyed),
         tokens={kind: sum(row.tokens[kind] for row in keyed) for kind in TOKEN_KINDS},
         cost_usd=sum((row.cost_usd for row in keyed), Decimal("0")),
         failures=sum(row.failures for row in keyed),
     )
     return CostReport(group_by=group_by, since=since, until=until, rows=keyed, totals=totals)
+
+
+def _total_jobs(group_by: str, entries: QuerySet[CostEntry], rows: list[CostReportRow]) -> int:
+    """Distinct jobs over the whole report.
+
+    Every row of a job carries the job's feature and user (a correction books against its
+    attempt's feature; a job keeps its feature and owner for life), so by feature or by user no
+    job is in two groups and the groups' counts add up: no second pass over the range. By model
+    (a requeue may switch model) or by day a job can be in two groups: count them in SQL.
+    """
+    if not rows:
+        return 0
+    if group_by in ("feature", "user"):
+        return sum(row.jobs for row in rows)
+    return int(entries.aggregate(jobs=Count("job_id", distinct=True))["jobs"])
 
 
 def _report_keys(group_by: str, groups: list[Any]) -> dict[Any, str | None]:
