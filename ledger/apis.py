@@ -50,7 +50,7 @@ class CostReportApi(APIView):
     """``GET /api/v1/costs/?group_by=feature|model|user|day&since=&until=&feature=&model=&user=``
 
     Staff see every user's spend and may filter by ``user`` (username or id); anyone else sees
-    only their own, and a ``user`` filter from them is refused.
+    only their own, and a ``user`` filter naming anyone else is refused (403).
     """
 
     def get(self, request: Request) -> Response:
@@ -59,7 +59,7 @@ class CostReportApi(APIView):
         since, until = report_range_parse(since=params.get("since"), until=params.get("until"))
         user: User | None = None
         if not viewer.is_staff:
-            if params.get("user"):
+            if params.get("user") not in (None, "", viewer.get_username(), str(viewer.pk)):
                 raise ApplicationError(
                     "Only staff may report on other users; yours is the only spend you see.",
                     code="permission_denied",

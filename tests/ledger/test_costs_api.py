@@ -118,6 +118,13 @@ def test_it_refuses_a_user_filter_from_a_user_who_is_not_staff(
     assert response.json()["detail"] == {"field": "user"}
 
 
+def test_it_accepts_a_user_filter_naming_oneself(alice_client: APIClient, ledger: Ledger) -> None:
+    body = get(alice_client, user="alice", since="60d")
+
+    assert body["filters"]["user"] == "alice"
+    assert body["totals"]["cost_usd"] == "0.002800"
+
+
 @pytest.mark.parametrize("by", ["username", "id"])
 def test_it_lets_staff_filter_by_user(
     staff_client: APIClient, bob: Any, ledger: Ledger, by: str
