@@ -35,8 +35,7 @@ REPORT_GROUPS = ("feature", "model", "user", "day")
 """What a cost report can group by; the first is the default."""
 
 REPORT_DEFAULT_DAYS = 30
-"""A report without ``since`` covers the last 30 days: a month of spend, and a range the
-(feature, created_at) and (user, created_at) indexes answer quickly."""
+"""A report without ``since`` covers the 30 days before ``until``: a month of spend."""
 
 TOKEN_KINDS = {
     "input": "input_tokens",
@@ -81,6 +80,9 @@ def report_time_parse(*, value: str, field_name: str, now: datetime, end_of_day:
     (its midnight UTC, or the next midnight when ``end_of_day``: ``until=2025-01-31`` includes
     the 31st) or an ISO datetime (naive means UTC). Anything else raises ``invalid_filter``."""
     value = value.strip()
+    if "T" in value:
+        # An unencoded "+01:00" in a query string arrives as " 01:00".
+        value = value.replace(" ", "+")
     try:
         if match := _RELATIVE.match(value):
             amount, unit = int(match[1]), _RELATIVE_UNITS[match[2]]
@@ -104,7 +106,7 @@ def report_time_parse(*, value: str, field_name: str, now: datetime, end_of_day:
 def report_range_parse(
     *, since: str | None, until: str | None, now: datetime | None = None
 ) -> tuple[datetime, datetime]:
-    """The report's half-open range [since, until): by default the last 30 days up to now."""
+    """The report's half-open range [since, until): by default up to now, from 30 days before."""
     now = now or timezone.now()
     end = (
         report_time_parse(value=until, field_name="until", now=now, end_of_day=True)

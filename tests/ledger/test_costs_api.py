@@ -217,6 +217,12 @@ def test_it_reads_relative_since(staff_client: APIClient, ledger: Ledger) -> Non
     assert day["totals"]["jobs"] == 2
 
 
+def test_it_reads_an_offset_whose_plus_sign_was_not_encoded(staff_client: APIClient) -> None:
+    body = get(staff_client, since="2025-01-01T02:00:00 02:00", until="2025-01-02T00:00:00Z")
+
+    assert body["since"] == "2025-01-01T00:00:00Z"
+
+
 @pytest.mark.parametrize(
     ("params", "field"),
     [
