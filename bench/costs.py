@@ -3,6 +3,7 @@
     make bench-costs                  # 1,000,000 CostEntry rows, 20,000 jobs, 60 days
     BENCH_COST_ROWS=200000 make bench-costs
     BENCH_COSTS_REUSE=1 make bench-costs   # time again on the last run's ledger, no reload
+    BENCH_COSTS_ADD_INDEXES=1 make bench-costs   # with the proposed covering indexes added
 
 Uses its own MariaDB database (BENCH_COSTS_DATABASE_URL, default
 mysql://root@127.0.0.1:3306/llmops_bench_costs, recreated), loads the synthetic ledger with
