@@ -81,6 +81,19 @@ class CostEntryQuerySet(models.QuerySet["CostEntry"]):
         raise LedgerIsAppendOnly("QuerySet._raw_delete()")
 
 
+REPORT_COLUMNS = [
+    "job",
+    "entry_type",
+    "input_tokens",
+    "output_tokens",
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+    "cache_read_tokens",
+    "cost_usd",
+]
+"""What the cost reports read from each ledger row (ledger/reports.py), carried in their indexes."""
+
+
 class CostEntry(models.Model):
     """One provider attempt, priced. Append-only: corrections are new rows.
 
@@ -155,10 +168,25 @@ class CostEntry(models.Model):
         ordering = ["created_at"]
         verbose_name_plural = "cost entries"
         indexes = [
-            # The cost reports and budget windows: a scope, then a time range.
-            models.Index(fields=["feature", "created_at"], name="cost_feature_created"),
-            models.Index(fields=["user", "created_at"], name="cost_user_created"),
-            models.Index(fields=["model", "created_at"], name="cost_model_created"),
+            # The cost reports and budget windows: a scope, then a time range, then every column
+            # a report reads, so a report over a million rows never visits the rows themselves
+            # (bench/costs.py: 4-6 s per report without them, under 0.7 s with them).
+            models.Index(
+                fields=["feature", "created_at", "model", "user", *REPORT_COLUMNS],
+                name="cost_report_feature",
+            ),
+            models.Index(
+                fields=["user", "created_at", "feature", "model", *REPORT_COLUMNS],
+                name="cost_report_user",
+            ),
+            models.Index(
+                fields=["model", "created_at", "feature", "user", *REPORT_COLUMNS],
+                name="cost_report_model",
+            ),
+            models.Index(
+                fields=["created_at", "feature", "model", "user", *REPORT_COLUMNS],
+                name="cost_report_created",
+            ),
         ]
         constraints = [
             # One row per attempt, and at most one correction of it (a late result).
