@@ -110,6 +110,8 @@ class BudgetUsage:
     window_end: datetime
     spent_usd: Decimal
     reserved_usd: Decimal
+    refused: bool = False
+    """A job was refused for good in this window since the budget was last edited."""
 
     @property
     def remaining_usd(self) -> Decimal:
@@ -122,7 +124,18 @@ class BudgetUsage:
 
     @property
     def exhausted(self) -> bool:
-        return self.spent_usd >= self.budget.limit_usd
+        """Spent, or already unable to take a job's worst case: settled spend rarely reaches the
+        limit exactly, because reservations stop at the worst case."""
+        return self.refused or self.spent_usd >= self.budget.limit_usd
+
+
+def _refused(budget: Budget, window: BudgetWindow | None) -> bool:
+    # Staff raising the limit (or any edit) after the refusal gives the window a new chance.
+    return bool(
+        window is not None
+        and window.exhausted_alerted_at is not None
+        and budget.updated_at <= window.exhausted_alerted_at
+    )
 
 
 def budget_usage(*, budget: Budget, at: datetime | None = None) -> BudgetUsage:
@@ -132,7 +145,8 @@ def budget_usage(*, budget: Budget, at: datetime | None = None) -> BudgetUsage:
     start, end = window_bounds(budget.period, now)
     window = BudgetWindow.objects.filter(budget=budget, window_start=start).first()
     spent = window.spent_usd if window else _ledger_spend(budget, start, end)
-    return BudgetUsage(budget, start, end, spent, _reserved(budget, start, now))
+    reserved = _reserved(budget, start, now)
+    return BudgetUsage(budget, start, end, spent, reserved, _refused(budget, window))
 
 
 def budgets_exhausted_for(*, feature: str, user_id: int | None) -> list[BudgetUsage]:

@@ -180,6 +180,14 @@ def test_a_job_that_does_not_fit_a_reject_budget_is_dead_lettered_without_a_call
     assert FailureRecord.objects.get(job=job).reason_code == "budget_exceeded"
     assert fake_provider.stats()["requests"] == 0
 
+    # Exhausted now (settled spend stops short of the limit, at the worst case): submit says so.
+    again = alice_client.post("/api/v1/jobs/", job_body(feature=FEATURE), format="json")
+    assert again.status_code == 429 and again.json()["code"] == "budget_exceeded"
+    # Staff raise the limit: the window gets a new chance.
+    budget.limit_usd = bound * 4
+    budget.save()
+    assert submit(alice_client, feature=FEATURE, max_tokens=16).status == "queued"
+
 
 def test_a_deferred_job_is_held_until_the_window_resets_then_runs(
     alice, alice_client, workers, fake_provider, monkeypatch
