@@ -435,22 +435,15 @@ def _end_failed_attempt(job: LlmJob, failure: AttemptFailure, *, via: Transition
         assert decision.delay_seconds is not None
         retry_counts[reason] = retry_counts.get(reason, 0) + 1
         job.retry_counts = retry_counts
-        job.status = LlmJob.Status.RETRYING
-        job.next_attempt_at = timezone.now() + timedelta(seconds=decision.delay_seconds)
-        job.save(update_fields=[*fields, "retry_counts"])
-        job_enqueue(job=job, delay_seconds=decision.delay_seconds)
-        transition_committed(job, via or Transition.RETRY_SCHEDULED)
-        return job
+        at = timezone.now() + timedelta(seconds=decision.delay_seconds)
+        return _schedule_retry(job, at=at, fields=[*fields, "retry_counts"], via=via)
 
-    # Imported here: alerts.services requeues through this module.
-    from alerts.services import failure_record_create
-
-    job.status = LlmJob.Status.FAILED
-    job.completed_at = timezone.now()
-    job.next_attempt_at = None
-    job.save(update_fields=[*fields, "completed_at"])
-    failure_record_create(
-        job=job,
+    if breaker.is_account_wide(reason):
+        breaker.breaker_open(reason_code=reason, message=failure.record.message, job=job)
+    return _dead_letter(
+        job,
+        fields=fields,
+        via=via,
         severity=failure.classification.severity,
         reason_code=reason,
         retries_exhausted=decision.retries_exhausted,
@@ -459,10 +452,6 @@ def _end_failed_attempt(job: LlmJob, failure: AttemptFailure, *, via: Transition
         message=failure.record.message,
         request_id=failure.record.request_id,
     )
-    if breaker.is_account_wide(reason):
-        breaker.breaker_open(reason_code=reason, message=failure.record.message, job=job)
-    transition_committed(job, via or Transition.DEAD_LETTERED)
-    return job
 
 
 @transaction.atomic
@@ -484,12 +473,7 @@ def job_budget_refused(
     ):
         return None
     if refusal.action == "wait":
-        job.status = LlmJob.Status.RETRYING
-        job.next_attempt_at = refusal.retry_at
-        job.save(update_fields=["status", "next_attempt_at"])
-        job_enqueue(job=job, delay_seconds=(refusal.retry_at - timezone.now()).total_seconds())
-        transition_committed(job, Transition.RETRY_SCHEDULED)
-        return job
+        return _schedule_retry(job, at=refusal.retry_at, fields=["status", "next_attempt_at"])
     classification = classify(kind="budget_exceeded")
     job.error_code = classification.reason_code
     job.error_http_status = None
@@ -498,26 +482,41 @@ def job_budget_refused(
     fields = ["status", "next_attempt_at", "error_code", "error_http_status", "error_message"]
     fields.append("error_severity")
     if refusal.action == "defer":
-        job.status = LlmJob.Status.RETRYING
-        job.next_attempt_at = refusal.retry_at
-        job.save(update_fields=fields)
-        job_enqueue(job=job, delay_seconds=(refusal.retry_at - timezone.now()).total_seconds())
-        transition_committed(job, Transition.RETRY_SCHEDULED)
-        return job
+        return _schedule_retry(job, at=refusal.retry_at, fields=fields)
+    return _dead_letter(
+        job,
+        fields=fields,
+        severity=classification.severity,
+        reason_code=classification.reason_code,
+        message=refusal.message,
+    )
 
+
+def _schedule_retry(
+    job: LlmJob, *, at: datetime, fields: list[str], via: Transition | None = None
+) -> LlmJob:
+    """running|waiting -> retrying at ``at``, its RQ job scheduled. Inside the transition."""
+    job.status = LlmJob.Status.RETRYING
+    job.next_attempt_at = at
+    job.save(update_fields=fields)
+    job_enqueue(job=job, delay_seconds=max(0.0, (at - timezone.now()).total_seconds()))
+    transition_committed(job, via or Transition.RETRY_SCHEDULED)
+    return job
+
+
+def _dead_letter(
+    job: LlmJob, *, fields: list[str], via: Transition | None = None, **failure: Any
+) -> LlmJob:
+    """-> failed, with its FailureRecord (the DLQ entry). Inside the transition."""
+    # Imported here: alerts.services requeues through this module.
     from alerts.services import failure_record_create
 
     job.status = LlmJob.Status.FAILED
     job.completed_at = timezone.now()
     job.next_attempt_at = None
     job.save(update_fields=[*fields, "completed_at"])
-    failure_record_create(
-        job=job,
-        severity=classification.severity,
-        reason_code=classification.reason_code,
-        message=refusal.message,
-    )
-    transition_committed(job, Transition.DEAD_LETTERED)
+    failure_record_create(job=job, **failure)
+    transition_committed(job, via or Transition.DEAD_LETTERED)
     return job
 
 
