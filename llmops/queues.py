@@ -59,3 +59,18 @@ def bulk_requeue_job_id(bulk_id: int) -> str:
     """A fixed RQ job id per BulkRequeue lets the sweep tell a waiting or running job from a
     lost one."""
     return f"bulk-requeue-{bulk_id}"
+
+
+def job_events_group(user_id: object) -> str:
+    """The channel-layer group of one user's job events (WebSocket ``/ws/jobs/``)."""
+    return f"job-events.user.{user_id}"
+
+
+def job_group(job_id: object) -> str:
+    """The channel-layer group of one job's events (``/ws/jobs/?job=<id>``)."""
+    return f"job-events.job.{job_id}"
+
+
+def all_jobs_group() -> str:
+    """The channel-layer group of every job's events (``/ws/jobs/?all=1``, staff only)."""
+    return "job-events.all"

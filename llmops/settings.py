@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 # Pure (no models): ALERT_ROUTES is checked by the same rule as the admin's AlertRoute.
 from alerts import targets as alert_targets
-from llmops.queues import ALERTS_QUEUE, DEFAULT_QUEUE, LLM_QUEUE
+from llmops.queues import ALERTS_QUEUE, DEFAULT_QUEUE, KEY_PREFIX, LLM_QUEUE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -167,6 +167,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "channels",
     "rest_framework",
     "rest_framework.authtoken",
     "django_rq",
@@ -252,6 +253,27 @@ LLM_JOB_TIMEOUT = envint("LLM_JOB_TIMEOUT", 240, minimum=10)
 """The least RQ lets one LLM job run before killing it; a job whose call may take longer gets
 its call's deadline plus LLM_JOB_TIMEOUT_MARGIN (jobs/timeouts.py)."""
 LLM_JOB_TIMEOUT_MARGIN = envfloat("LLM_JOB_TIMEOUT_MARGIN", 30.0, minimum=1.0)
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {
+            "hosts": [REDIS_URL],
+            "prefix": KEY_PREFIX + "channels:",
+            # Messages waiting per channel before group_send drops the newest (silently) for a
+            # slow socket: a job makes ~5 events, so 1,000 holds hundreds of jobs' worth.
+            "capacity": envint("CHANNEL_LAYER_CAPACITY", 1000, minimum=100),
+            # Seconds an undelivered message waits for its socket: job events are stale after
+            # that, and a client catches up with GET /api/v1/jobs/<id>/.
+            "expiry": envint("CHANNEL_LAYER_EXPIRY", 60, minimum=5),
+            # Group membership lasts a day: consumers re-join on reconnect.
+            "group_expiry": 86400,
+        },
+    }
+}
+JOB_EVENTS_PUBLISH_TIMEOUT = envfloat("JOB_EVENTS_PUBLISH_TIMEOUT", 1.0, minimum=0.05)
+"""Seconds a transition waits, at most, for its WebSocket event to be handed to the channel
+layer (jobs/events.py); an outage costs each transition this much, never a failure."""
 
 RQ = {"WORKER_CLASS": "llmops.workers.PreloadingWorker"}
 RQ_QUEUES = {

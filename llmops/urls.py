@@ -1,8 +1,11 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from jobs.views import live_page
+
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("live/", live_page, name="live"),
     path("api/v1/jobs/", include("jobs.urls")),
     path("api/v1/failures/", include("alerts.urls")),
     path("api/v1/", include("ledger.budget_urls")),

@@ -1,0 +1,73 @@
+"""The WebSocket of live job events: ``/ws/jobs/`` (see docs/api.md).
+
+Authentication comes from the ASGI stack (llmops/asgi.py): the session cookie, or the API token
+sent as the subprotocol pair ``token, <key>``. Refusals close before the handshake completes
+with an application code: 4401 unauthenticated, 4403 ``?all=1`` for a non-staff user, 4404 a
+``?job=`` that is not the user's.
+"""
+
+import uuid
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from jobs.models import LlmJob
+from llmops.queues import all_jobs_group, job_events_group, job_group
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+
+
+@database_sync_to_async
+def _owns_job(user_id: int, job_id: uuid.UUID) -> bool:
+    return LlmJob.objects.filter(id=job_id, user_id=user_id).exists()
+
+
+def _parse_uuid(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+class JobEventsConsumer(AsyncJsonWebsocketConsumer):
+    groups: list[str] = []
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        job_ids = query.get("job")
+        if job_ids:
+            job_id = _parse_uuid(job_ids[0])
+            if job_id is None or not await _owns_job(user.id, job_id):
+                await self.close(code=CLOSE_NOT_FOUND)
+                return
+            group = job_group(job_id)
+        elif query.get("all", ["0"])[0] in ("1", "true"):
+            if not user.is_staff:
+                await self.close(code=CLOSE_FORBIDDEN)
+                return
+            group = all_jobs_group()
+        else:
+            group = job_events_group(user.id)
+        self.joined = group
+        await self.channel_layer.group_add(group, self.channel_name)
+        subprotocol = "token" if self.scope.get("token_auth") else None
+        await self.accept(subprotocol=subprotocol)
+
+    async def disconnect(self, code: int) -> None:
+        group = getattr(self, "joined", None)
+        if group is not None:
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        """The socket is server-to-client only; anything a client sends is ignored."""
+
+    async def job_updated(self, message: dict[str, Any]) -> None:
+        await self.send_json({"type": message["type"], "job": message["job"]})
