@@ -236,8 +236,9 @@ def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> 
                 idempotency_key_hash=key_hash,
                 request_fingerprint=fingerprint,
             )
-            job_enqueue(job=job)
+            # Notified before the push: the "queued" event must leave before a worker's "running".
             transition_committed(job, Transition.SUBMITTED)
+            job_enqueue(job=job)
     except IntegrityError:
         # Two submits with the same key raced; the first insert won.
         if not key_hash:
@@ -499,8 +500,9 @@ def _schedule_retry(
     job.status = LlmJob.Status.RETRYING
     job.next_attempt_at = at
     job.save(update_fields=fields)
-    job_enqueue(job=job, delay_seconds=max(0.0, (at - timezone.now()).total_seconds()))
+    # Notified before the push, so the "retrying" event leaves before the next attempt's.
     transition_committed(job, via or Transition.RETRY_SCHEDULED)
+    job_enqueue(job=job, delay_seconds=max(0.0, (at - timezone.now()).total_seconds()))
     return job
 
 
@@ -568,12 +570,13 @@ def job_requeue(*, job: LlmJob, model: str | None = None) -> bool:
     failed_reason = job.error_code
     job.refresh_from_db()
     if updated:
-        # Enqueued first: its push then runs before the breaker's release of held jobs, which
+        # Notified before the push, so the "queued" event leaves before a worker's "running".
+        transition_committed(job, Transition.REQUEUED)
+        # Enqueued next: its push then runs before the breaker's release of held jobs, which
         # would otherwise find this job's RQ job not yet pushed and enqueue a second copy.
         job_enqueue(job=job)
         if breaker.is_account_wide(failed_reason):
             # Requeuing a job the account-wide failure dead-lettered says "fixed, try again";
             # if it is not fixed, this job opens the breaker again at its first call.
             breaker.breaker_close(reason=f"job {job.id} ({failed_reason}) requeued")
-        transition_committed(job, Transition.REQUEUED)
     return bool(updated)

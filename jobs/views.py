@@ -8,7 +8,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from ledger.models import ModelPrice
 
 
-@login_required(login_url="admin:login")
+@login_required
 @ensure_csrf_cookie
 def live_page(request: HttpRequest) -> HttpResponse:
     models = ModelPrice.objects.order_by("model").values_list("model", flat=True).distinct()

@@ -188,6 +188,9 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "llmops.urls"
+# The live page's sign-in (any active user; the admin's login is for staff only).
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "live"
 
 TEMPLATES = [
     {

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.contrib.auth.views import LoginView
 from django.urls import include, path
 
 from jobs.views import live_page
@@ -6,6 +7,7 @@ from jobs.views import live_page
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("live/", live_page, name="live"),
+    path("login/", LoginView.as_view(), name="login"),
     path("api/v1/jobs/", include("jobs.urls")),
     path("api/v1/failures/", include("alerts.urls")),
     path("api/v1/", include("ledger.budget_urls")),
