@@ -15,9 +15,7 @@ one after-commit hook that WebSocket events, metrics and budgets subscribe to. `
 only holds the lock, beats the heartbeat and makes the call.
 """
 
-import hashlib
 import logging
-import math
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,21 +31,25 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from jobs import breaker
+from jobs.admission import (
+    check_against_price_table,
+    check_budgets_not_spent,
+    idempotency_key_hash,
+)
 from jobs.models import LlmJob
 from jobs.retry_policy import Classification, decide
 from jobs.selectors import jobs_runnable
-from jobs.timeouts import job_timeout_for, max_nonstreaming_tokens
+from jobs.timeouts import job_timeout_for
 from jobs.transitions import Transition, transition_committed
 from jobs.validation import validate_job_request
-from ledger.budgets import BudgetRefusal, budgets_exhausted_for
+from ledger.budgets import BudgetRefusal
 from ledger.models import CostEntry
-from ledger.selectors import price_for_model
 from ledger.services import (
     AttemptRecord,
     cost_entry_correct_late_result,
     cost_entry_record_attempt,
 )
-from llmops.errors import Conflict, LimitExceeded, ValidationFailed
+from llmops.errors import Conflict, ValidationFailed
 from llmops.queues import LLM_QUEUE, RUN_LLM_JOB_TASK
 
 __all__ = [
@@ -139,67 +141,6 @@ def job_enqueue_again(*, job_id: uuid.UUID, lost_rq_job_id: str) -> bool:
 
 
 # --- Submit -------------------------------------------------------------------------------------
-
-
-def check_against_price_table(*, model: str, max_tokens: int) -> None:
-    """A model must have a price, and ``max_tokens`` must fit both the model and a non-streaming
-    call (longer generations would be cut off by the read timeout and paid again)."""
-    price = price_for_model(model=model)
-    if price is None:
-        raise ValidationFailed(
-            f"Model {model!r} has no price; it cannot be run.",
-            code="unknown_model",
-            detail={"field": "model"},
-        )
-    maximum = min(price.max_output_tokens, max_nonstreaming_tokens())
-    if max_tokens > maximum:
-        raise ValidationFailed(
-            f"max_tokens must be between 1 and {maximum} for {model}"
-            + (
-                " (a non-streaming call expected to run past 10 minutes is refused)."
-                if maximum < price.max_output_tokens
-                else "."
-            ),
-            code="invalid_max_tokens",
-            detail={"field": "max_tokens", "maximum": maximum},
-        )
-
-
-def check_budgets_not_spent(*, feature: str, user: User) -> None:
-    """A feature or user whose hard budget is already spent this window gets 429 at submit, with
-    ``Retry-After`` at the window reset, and nothing is written."""
-    exhausted = budgets_exhausted_for(feature=feature, user_id=user.id)
-    if not exhausted:
-        return
-    reset = max(usage.window_end for usage in exhausted)
-    retry_after = max(1, math.ceil((reset - timezone.now()).total_seconds()))
-    raise LimitExceeded(
-        "This budget is spent for the current window: "
-        + ", ".join(
-            f"{u.budget.name} ({u.budget.period}: ${u.spent_usd} of ${u.budget.limit_usd})"
-            for u in exhausted
-        )
-        + f". It resets at {reset.isoformat()}.",
-        code="budget_exceeded",
-        detail={
-            "budgets": [
-                {
-                    "budget": u.budget.name,
-                    "period": u.budget.period,
-                    "limit_usd": str(u.budget.limit_usd),
-                    "spent_usd": str(u.spent_usd),
-                    "resets_at": u.window_end.isoformat(),
-                }
-                for u in exhausted
-            ],
-            "retry_after_seconds": retry_after,
-        },
-        headers={"Retry-After": str(retry_after)},
-    )
-
-
-def idempotency_key_hash(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> tuple[LlmJob, bool]:

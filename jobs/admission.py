@@ -1,0 +1,77 @@
+"""What a job must pass to be accepted, beyond the shape of its body (jobs/validation.py):
+a priced model whose limits fit ``max_tokens``, budgets with room left, and idempotency keys
+compared byte for byte. Used by ``job_submit`` and ``job_requeue``."""
+
+import hashlib
+import math
+
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from jobs.timeouts import max_nonstreaming_tokens
+from ledger.budgets import budgets_exhausted_for
+from ledger.selectors import price_for_model
+from llmops.errors import LimitExceeded, ValidationFailed
+
+__all__ = ["check_against_price_table", "check_budgets_not_spent", "idempotency_key_hash"]
+
+
+def check_against_price_table(*, model: str, max_tokens: int) -> None:
+    """A model must have a price, and ``max_tokens`` must fit both the model and a non-streaming
+    call (longer generations would be cut off by the read timeout and paid again)."""
+    price = price_for_model(model=model)
+    if price is None:
+        raise ValidationFailed(
+            f"Model {model!r} has no price; it cannot be run.",
+            code="unknown_model",
+            detail={"field": "model"},
+        )
+    maximum = min(price.max_output_tokens, max_nonstreaming_tokens())
+    if max_tokens > maximum:
+        raise ValidationFailed(
+            f"max_tokens must be between 1 and {maximum} for {model}"
+            + (
+                " (a non-streaming call expected to run past 10 minutes is refused)."
+                if maximum < price.max_output_tokens
+                else "."
+            ),
+            code="invalid_max_tokens",
+            detail={"field": "max_tokens", "maximum": maximum},
+        )
+
+
+def check_budgets_not_spent(*, feature: str, user: User) -> None:
+    """A feature or user whose hard budget is already spent this window gets 429 at submit, with
+    ``Retry-After`` at the window reset, and nothing is written."""
+    exhausted = budgets_exhausted_for(feature=feature, user_id=user.id)
+    if not exhausted:
+        return
+    reset = max(usage.window_end for usage in exhausted)
+    retry_after = max(1, math.ceil((reset - timezone.now()).total_seconds()))
+    raise LimitExceeded(
+        "This budget is spent for the current window: "
+        + ", ".join(
+            f"{u.budget.name} ({u.budget.period}: ${u.spent_usd} of ${u.budget.limit_usd})"
+            for u in exhausted
+        )
+        + f". It resets at {reset.isoformat()}.",
+        code="budget_exceeded",
+        detail={
+            "budgets": [
+                {
+                    "budget": u.budget.name,
+                    "period": u.budget.period,
+                    "limit_usd": str(u.budget.limit_usd),
+                    "spent_usd": str(u.spent_usd),
+                    "resets_at": u.window_end.isoformat(),
+                }
+                for u in exhausted
+            ],
+            "retry_after_seconds": retry_after,
+        },
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+def idempotency_key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
