@@ -30,7 +30,7 @@ from llmops.queues import (
     FINGERPRINT_CHECK_TASK,
     alert_for_failure_job_id,
 )
-from llmops.rq_jobs import rq_job_is_alive, rq_jobs_fetch
+from llmops.rq_jobs import rq_jobs_resume
 
 __all__ = [
     "alert_deliveries_resume",
@@ -112,17 +112,12 @@ def alert_failures_resume(*, grace_seconds: float = UNALERTED_FAILURE_GRACE_SECO
         .order_by("id")
         .values_list("id", flat=True)
     )
-    queue = django_rq.get_queue(ALERTS_QUEUE)
-    rq_jobs = rq_jobs_fetch(queue=queue, job_ids=[alert_for_failure_job_id(i) for i in ids])
-    resumed = 0
-    for failure_id, rq_job in zip(ids, rq_jobs, strict=True):
-        if rq_job_is_alive(rq_job):
-            continue
-        if rq_job is not None:
-            # A dead job keeps its id (a failed one for a year): free it to run again.
-            rq_job.delete()
-        failure_alert_enqueue(failure_id=failure_id)
-        resumed += 1
+    resumed = rq_jobs_resume(
+        queue=django_rq.get_queue(ALERTS_QUEUE),
+        ids=ids,
+        job_id_for=alert_for_failure_job_id,
+        enqueue=lambda failure_id: failure_alert_enqueue(failure_id=failure_id),
+    )
     if resumed:
         logger.warning("re-enqueued the alert of %s failures whose RQ job was lost", resumed)
     return resumed

@@ -24,7 +24,7 @@ from jobs.services import job_requeue
 from ledger.selectors import price_for_model
 from llmops.errors import ApplicationError, Conflict, ValidationFailed
 from llmops.queues import DEFAULT_QUEUE, REQUEUE_MATCHING_TASK, bulk_requeue_job_id
-from llmops.rq_jobs import rq_job_is_alive, rq_jobs_fetch
+from llmops.rq_jobs import rq_jobs_resume
 
 __all__ = [
     "BULK_REQUEUE_BATCH",
@@ -297,17 +297,12 @@ def bulk_requeues_resume(*, grace_seconds: float = BULK_REQUEUE_GRACE_SECONDS) -
     )
     if not ids:
         return 0
-    queue = django_rq.get_queue(DEFAULT_QUEUE)
-    rq_jobs = rq_jobs_fetch(queue=queue, job_ids=[bulk_requeue_job_id(i) for i in ids])
-    resumed = 0
-    for bulk_id, rq_job in zip(ids, rq_jobs, strict=True):
-        if rq_job_is_alive(rq_job):
-            continue
-        if rq_job is not None:
-            # A dead job keeps its id (a failed one for a year): free it to run again.
-            rq_job.delete()
-        bulk_requeue_enqueue(bulk_id=bulk_id)
-        resumed += 1
+    resumed = rq_jobs_resume(
+        queue=django_rq.get_queue(DEFAULT_QUEUE),
+        ids=ids,
+        job_id_for=bulk_requeue_job_id,
+        enqueue=lambda bulk_id: bulk_requeue_enqueue(bulk_id=bulk_id),
+    )
     if resumed:
         logger.warning("re-enqueued %s bulk requeue(s) whose RQ job was lost", resumed)
     return resumed

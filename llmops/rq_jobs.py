@@ -4,12 +4,12 @@ The database is the source of truth; these helpers answer "is the RQ job that sh
 row still going to run?" in one Redis round trip per batch, not one per row.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rq import Queue
 from rq.job import Job, JobStatus
 
-__all__ = ["DEAD_RQ_STATUSES", "rq_job_is_alive", "rq_jobs_fetch"]
+__all__ = ["DEAD_RQ_STATUSES", "rq_job_is_alive", "rq_jobs_fetch", "rq_jobs_resume"]
 
 DEAD_RQ_STATUSES = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, JobStatus.FINISHED}
 """An RQ job in one of these states will never run its task again."""
@@ -40,3 +40,25 @@ def rq_jobs_fetch(*, queue: Queue, job_ids: Sequence[str]) -> list[Job | None]:
 def rq_job_is_alive(job: Job | None) -> bool:
     """Whether the job is still going to run (queued, scheduled, started, deferred)."""
     return job is not None and job.get_status(refresh=False) not in DEAD_RQ_STATUSES
+
+
+def rq_jobs_resume(
+    *,
+    queue: Queue,
+    ids: Sequence[int],
+    job_id_for: Callable[[int], str],
+    enqueue: Callable[[int], object],
+) -> int:
+    """Enqueue again each row whose fixed-id RQ job (``job_id_for(id)``) is gone from Redis or
+    dead; a job still waiting or running is left alone. Returns how many were enqueued."""
+    rq_jobs = rq_jobs_fetch(queue=queue, job_ids=[job_id_for(i) for i in ids])
+    resumed = 0
+    for row_id, rq_job in zip(ids, rq_jobs, strict=True):
+        if rq_job_is_alive(rq_job):
+            continue
+        if rq_job is not None:
+            # A dead job keeps its id (a failed one for a year): free it to run again.
+            rq_job.delete()
+        enqueue(row_id)
+        resumed += 1
+    return resumed
