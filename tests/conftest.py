@@ -207,3 +207,39 @@ def submit(client: APIClient, **overrides: Any) -> LlmJob:
     response = client.post("/api/v1/jobs/", job_body(**overrides), format="json")
     assert response.status_code == 202, response.content
     return LlmJob.objects.get(id=response.json()["id"])
+
+
+@pytest.fixture
+def asgi_server(transactional_db: None) -> Iterator[str]:
+    """The ASGI app (HTTP and WebSocket on one port) in a uvicorn subprocess on the test database:
+    live_server is WSGI and has no WebSocket. Yields its http:// base URL."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    if not db["ENGINE"].endswith("mysql"):
+        pytest.skip("the server subprocess needs a database server, not an in-memory SQLite")
+    env = dict(os.environ)
+    env["DATABASE_URL"] = (
+        f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    )
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "llmops.asgi:application", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"uvicorn exited: {server.stderr.read()!r}")  # type: ignore[union-attr]
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

@@ -4,54 +4,16 @@ and WebSocket on one port), jobs run by real RQ workers in the test process; no 
 live_server is WSGI and has no WebSocket, so the server is a uvicorn subprocess on the test
 database. Fails on any console error or HTTP error (the ``page`` fixture of the DLQ tests)."""
 
-import os
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-
 import pytest
-from django.db import connection
 
 from jobs.models import LlmJob
 from tests.browser.test_dlq_pages import SCREENSHOTS, page  # noqa: F401  (fixture)
-from tests.conftest import ROOT, _free_port, make_user
+from tests.conftest import make_user
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("prices", "no_breaker"),
 ]
-
-
-@pytest.fixture
-def asgi_server() -> Iterator[str]:
-    db = connection.settings_dict
-    if not db["ENGINE"].endswith("mysql"):
-        pytest.skip("the server subprocess needs a database server, not an in-memory SQLite")
-    env = dict(os.environ)
-    env["DATABASE_URL"] = (
-        f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    )
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "llmops.asgi:application", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while True:
-        if server.poll() is not None:
-            raise RuntimeError(f"uvicorn exited: {server.stderr.read()!r}")  # type: ignore[union-attr]
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}"
-    server.terminate()
-    server.wait(timeout=10)
 
 
 def test_a_user_submits_and_sees_completed_without_reloading(

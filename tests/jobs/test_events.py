@@ -4,22 +4,18 @@ test's Redis index: Channels' WebsocketCommunicator, real RQ workers, the real f
 Each scenario is one coroutine run by async_to_sync; its ORM calls and worker drains go through
 sync_to_async, which runs them back on the test's own thread (one database connection)."""
 
-import os
 import socket
-import subprocess
-import sys
 import time
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.db import connection
 from rest_framework.authtoken.models import Token
 
 from jobs.events import publish_job_event
 from llmops.asgi import application
-from tests.conftest import ROOT, _free_port, make_user, submit
+from tests.conftest import make_user, submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
@@ -195,54 +191,23 @@ def test_a_channel_layer_outage_does_not_fail_or_slow_jobs(alice_client, workers
     assert time.monotonic() - started < 5 * settings.JOB_EVENTS_PUBLISH_TIMEOUT + 5
 
 
-def test_it_streams_through_a_real_server_to_a_real_websocket_client(alice, alice_client, workers):
+def test_it_streams_through_a_real_server_to_a_real_websocket_client(
+    alice, alice_client, workers, asgi_server
+):
     websockets = pytest.importorskip("websockets.sync.client")
-    db = connection.settings_dict
-    if not db["ENGINE"].endswith("mysql"):
-        pytest.skip("the server subprocess needs a database server, not an in-memory SQLite")
-    env = dict(os.environ)
-    env["DATABASE_URL"] = (
-        f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    )
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "llmops.asgi:application", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        _wait_for_port(port, server)
-        key = _key(alice)
-        with websockets.connect(
-            f"ws://127.0.0.1:{port}/ws/jobs/", subprotocols=["token", key], open_timeout=10
-        ) as ws:
-            assert ws.subprotocol == "token"
-            job = submit(alice_client)
-            workers.drain()
-            import json
+    url = asgi_server.replace("http://", "ws://") + "/ws/jobs/"
+    key = _key(alice)
+    with websockets.connect(url, subprotocols=["token", key], open_timeout=10) as ws:
+        assert ws.subprotocol == "token"
+        job = submit(alice_client)
+        workers.drain()
+        import json
 
-            statuses = []
-            while not statuses or statuses[-1] not in FINAL:
-                event = json.loads(ws.recv(timeout=10))
-                assert event["job"]["id"] == str(job.id)
-                statuses.append(event["job"]["status"])
-        assert statuses == ["queued", "running", "completed"]
-        with pytest.raises(websockets.InvalidStatus):
-            websockets.connect(
-                f"ws://127.0.0.1:{port}/ws/jobs/", subprotocols=["token", "bad"], open_timeout=10
-            )
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stderr.read()!r}")  # type: ignore[union-attr]
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("server did not start")
+        statuses = []
+        while not statuses or statuses[-1] not in FINAL:
+            event = json.loads(ws.recv(timeout=10))
+            assert event["job"]["id"] == str(job.id)
+            statuses.append(event["job"]["status"])
+    assert statuses == ["queued", "running", "completed"]
+    with pytest.raises(websockets.InvalidStatus):
+        websockets.connect(url, subprotocols=["token", "bad"], open_timeout=10)
