@@ -40,7 +40,7 @@ lint: dev-venv
 	$(BIN)/ruff format --check .
 
 typecheck: dev-venv
-	$(BIN)/mypy llmops jobs ledger alerts fake_provider
+	$(BIN)/mypy llmops jobs ledger alerts fake_provider ops
 
 test: dev-venv services browser lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \

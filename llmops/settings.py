@@ -175,6 +175,7 @@ INSTALLED_APPS = [
     "ledger",
     "alerts",
     "fake_provider",
+    "ops",
 ]
 
 MIDDLEWARE = [
@@ -341,6 +342,17 @@ or the llm workers are far behind."""
 LEDGER_FORECAST_WINDOW_HOURS = envfloat("LEDGER_FORECAST_WINDOW_HOURS", 24.0, minimum=0.1)
 """A budget's burn rate is its ledger spend over this many recent hours (a day budget: never
 before the start of its day); ledger/forecast.py projects the window's end from it."""
+
+# --- Observability ----------------------------------------------------------------------------
+
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+"""Bearer token that /metrics and /django-rq/metrics/ answer to; empty: no token is accepted."""
+METRICS_ALLOWED_NETWORKS = [
+    network.strip()
+    for network in os.environ.get("METRICS_ALLOWED_NETWORKS", "").split(",")
+    if network.strip()
+]
+"""Comma-separated networks (CIDR) whose callers may scrape without the token; empty: none."""
 
 # --- Demo -------------------------------------------------------------------------------------
 

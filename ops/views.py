@@ -1,0 +1,39 @@
+"""Thin views of the ops app: the Prometheus scrape endpoints."""
+
+import os
+
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import REGISTRY, CollectorRegistry, exposition, multiprocess
+
+from ops.access import metrics_protected
+from ops.collector import llm_registry, rq_registry
+
+
+def _render(request: HttpRequest, *registries: CollectorRegistry) -> HttpResponse:
+    encoder, content_type = exposition.choose_encoder(request.META.get("HTTP_ACCEPT", ""))
+    body = b"".join(encoder(registry) for registry in registries)
+    return HttpResponse(body, content_type=content_type)
+
+
+def _process_registry() -> CollectorRegistry:
+    """django-prometheus's HTTP and database metrics of the web process(es)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return registry
+    return REGISTRY
+
+
+@require_GET
+@metrics_protected
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Everything: HTTP and database metrics of the web process plus the LLM metrics."""
+    return _render(request, _process_registry(), llm_registry())
+
+
+@require_GET
+@metrics_protected
+def rq_metrics(request: HttpRequest) -> HttpResponse:
+    """django-rq's own collector (workers, registries), behind the same protection."""
+    return _render(request, rq_registry())
