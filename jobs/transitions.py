@@ -1,9 +1,10 @@
 """The one after-commit hook every LlmJob transition ends in.
 
 Each transition service in ``jobs/services.py`` calls ``transition_committed(job, transition)``
-inside its transaction; once that transaction commits, every subscriber registered with
-``on_transition`` receives the job and the transition. WebSocket events, metrics and budget
-settlement subscribe here, so no transition can forget one of them. A rolled-back transition
+inside its transaction, which counts the job's new status for the metrics (ops/counters.py) in
+that transaction; once that transaction commits, every subscriber registered with
+``on_transition`` receives the job and the transition. The log line and WebSocket events
+subscribe here, so no transition can forget one of them. A rolled-back transition
 notifies nobody; a failing subscriber is logged and never fails the job or the other subscribers.
 """
 
@@ -13,6 +14,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from django.db import transaction
+
+from ops.counters import count_job_status
 
 if TYPE_CHECKING:
     from jobs.models import LlmJob
@@ -54,7 +57,9 @@ def on_transition(subscriber: Subscriber) -> Subscriber:
 
 
 def transition_committed(job: "LlmJob", transition: Transition) -> None:
-    """Notify every subscriber once the surrounding transaction commits."""
+    """Count the job's new status now, in the transition's transaction (the metrics' counters
+    commit or roll back with it), and notify every subscriber once that transaction commits."""
+    count_job_status(job)
     transaction.on_commit(lambda: _notify(job, transition))
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "budget_usage",
     "budgets_exhausted_for",
     "budgets_for",
+    "budgets_used_ratio",
     "window_bounds",
 ]
 
@@ -147,6 +148,35 @@ def budget_usage(*, budget: Budget, at: datetime | None = None) -> BudgetUsage:
     spent = window.spent_usd if window else _ledger_spend(budget, start, end)
     reserved = _reserved(budget, start, now)
     return BudgetUsage(budget, start, end, spent, reserved, _refused(budget, window))
+
+
+def budgets_used_ratio(*, at: datetime | None = None) -> dict[tuple[str, str], float]:
+    """Settled spend / limit of every enabled budget in its current window, keyed by (scope,
+    name) -- the feature slug or the username -- keeping the worst of a name's periods. Two
+    queries whatever the number of budgets (the metrics scrape reads it)."""
+    now = at or timezone.now()
+    starts = {period: window_bounds(period, now)[0] for period in Budget.Period.values}
+    budgets = list(Budget.objects.filter(enabled=True).select_related("user"))
+    spent = {
+        (budget_id, start): amount
+        for budget_id, start, amount in BudgetWindow.objects.filter(
+            budget__in=budgets, window_start__in=set(starts.values())
+        ).values_list("budget_id", "window_start", "spent_usd")
+    }
+    ratios: dict[tuple[str, str], float] = {}
+    for budget in budgets:
+        start = starts[budget.period]
+        amount = spent.get((budget.id, start))
+        if amount is None:  # no row yet: read from the ledger, as budget_usage does
+            amount = _ledger_spend(budget, start, window_bounds(budget.period, now)[1])
+        if budget.scope == Budget.Scope.FEATURE:
+            name = budget.feature
+        else:
+            name = budget.user.username if budget.user else ""
+        ratio = float(amount / budget.limit_usd) if budget.limit_usd > 0 else 1.0
+        key = (budget.scope, name)
+        ratios[key] = max(ratio, ratios.get(key, 0.0))
+    return ratios
 
 
 def budgets_exhausted_for(*, feature: str, user_id: int | None) -> list[BudgetUsage]:

@@ -19,6 +19,7 @@ from ledger.budgets import budget_settle
 from ledger.models import CostEntry, ModelPrice
 from ledger.pricing import attempt_cost, upper_bound_cost
 from ledger.selectors import price_for_model
+from ops.counters import count_cost_entry
 
 if TYPE_CHECKING:
     from jobs.models import LlmJob
@@ -146,8 +147,9 @@ def _create_row(
         retry_delay_seconds=record.retry_delay_seconds,
         **_usage_fields(record.usage),
     )
-    # In the same transaction: budget windows always equal the ledger.
+    # In the same transaction: budget windows and the metrics' counters always equal the ledger.
     budget_settle(entry=entry, job=job)
+    count_cost_entry(entry)
     return entry
 
 

@@ -70,13 +70,15 @@ def database_from_url(url: str) -> dict[str, Any]:
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
         path = unquote(parsed.path[1:]) if parsed.path.startswith("/") else parsed.path
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": path or BASE_DIR / "db.sqlite3"}
+        return {"ENGINE": "django_prometheus.db.backends.sqlite3",
+            "NAME": path or BASE_DIR / "db.sqlite3",
+        }
     if parsed.scheme in ("mysql", "mariadb"):
         name = parsed.path.lstrip("/")
         if not name:
             raise ImproperlyConfigured("DATABASE_URL must name a database: mysql://user@host/name")
         return {
-            "ENGINE": "django.db.backends.mysql",
+            "ENGINE": "django_prometheus.db.backends.mysql",
             "NAME": unquote(name),
             "USER": unquote(parsed.username or "root"),
             "PASSWORD": unquote(parsed.password or ""),
@@ -171,6 +173,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "django_rq",
+    "django_prometheus",
     "jobs",
     "ledger",
     "alerts",
@@ -179,6 +182,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First and last: django-prometheus times every request (HTTP metrics on /metrics).
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -186,6 +191,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "llmops.urls"
@@ -212,7 +218,7 @@ WSGI_APPLICATION = "llmops.wsgi.application"
 ASGI_APPLICATION = "llmops.asgi.application"
 
 DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL", "sqlite:///"))}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # Web and workers write concurrently; wait for the lock instead of failing at once.
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
 

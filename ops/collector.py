@@ -1,15 +1,209 @@
-"""The LLM metrics, read at scrape time (being built)."""
+"""The LLM metrics, read at scrape time from the database counters and from Redis.
 
-from prometheus_client import CollectorRegistry
+Counters come from ``ops/models.py`` (kept in the transactions of what they count), so they are
+right whatever process or host did the work; gauges are read now: queue depth and oldest wait
+and scheduled retries from Redis, budget use and the breaker from the database, live workers
+from rq's worker registry. A source that cannot be read leaves its metrics out of this scrape
+and sets ``llm_metrics_source_up{source}`` to 0, instead of failing the whole scrape.
+"""
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterator
+from decimal import Decimal
+
+import django_rq
+from django.utils import timezone
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from redis.exceptions import RedisError
+from rq import Worker
+
+from llmops.queues import QUEUE_NAMES
+from ops.models import LATENCY_BUCKETS
+
+try:
+    from django_rq.contrib.prometheus import RQCollector
+
+    # django-rq registers the timing of its own collector in the process-wide registry as a
+    # Summary named ``..._total``, which promtool refuses; /metrics leaves it out.
+    REGISTRY.unregister(RQCollector.summary)
+except (ImportError, KeyError):  # pragma: no cover - django-rq without prometheus_client
+    pass
+from ops.selectors import counter_totals
+
+__all__ = ["LlmCollector", "llm_registry", "rq_registry"]
+
+logger = logging.getLogger(__name__)
+
+FEATURE_MODEL = ["feature", "model"]
+
+
+class LlmCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        sources = {}
+        # Read each source whole before yielding, so a failure never leaves half a source.
+        try:
+            yield from [*_counters(), *_database_gauges()]
+            sources["database"] = 1
+        except Exception:
+            logger.exception("metrics: the database could not be read")
+            sources["database"] = 0
+        try:
+            yield from list(_redis_gauges())
+            sources["redis"] = 1
+        except RedisError:
+            logger.warning("metrics: Redis could not be read", exc_info=True)
+            sources["redis"] = 0
+        up = GaugeMetricFamily(
+            "llm_metrics_source_up",
+            "1 when the metrics' source answered this scrape, 0 when its metrics are missing.",
+            labels=["source"],
+        )
+        for source, value in sources.items():
+            up.add_metric([source], value)
+        yield up
+
+
+def _counters() -> Iterator[Metric]:
+    totals = counter_totals()
+
+    jobs = CounterMetricFamily(
+        "llm_jobs", "Jobs that entered each status.", labels=[*FEATURE_MODEL, "status"]
+    )
+    for key, value in sorted(totals.jobs.items()):
+        jobs.add_metric(list(key), value)
+    yield jobs
+
+    attempts = CounterMetricFamily(
+        "llm_attempts",
+        "Provider attempts booked in the ledger, by outcome.",
+        labels=[*FEATURE_MODEL, "outcome"],
+    )
+    for key, value in sorted(totals.attempts.items()):
+        attempts.add_metric(list(key), value)
+    yield attempts
+
+    tokens = CounterMetricFamily(
+        "llm_tokens", "Tokens booked in the ledger, by kind.", labels=[*FEATURE_MODEL, "kind"]
+    )
+    for key, value in sorted(totals.tokens.items()):
+        tokens.add_metric(list(key), value)
+    yield tokens
+
+    cost = CounterMetricFamily(
+        "llm_cost_usd",
+        "USD booked in the ledger (attempts, estimates of unknown outcomes, upward corrections).",
+        labels=FEATURE_MODEL,
+    )
+    credited = CounterMetricFamily(
+        "llm_cost_usd_credited",
+        "USD taken off by downward corrections; net spend = llm_cost_usd - this.",
+        labels=FEATURE_MODEL,
+    )
+    for key in sorted(set(totals.cost_usd) | set(totals.cost_credited_usd)):
+        cost.add_metric(list(key), float(totals.cost_usd.get(key, Decimal(0))))
+        credited.add_metric(list(key), float(totals.cost_credited_usd.get(key, Decimal(0))))
+    yield cost
+    yield credited
+
+    latency = HistogramMetricFamily(
+        "llm_provider_latency_seconds",
+        "Duration of provider calls (ledger attempts with a measured latency).",
+        labels=FEATURE_MODEL,
+    )
+    for key, per_bucket in sorted(totals.latency_buckets.items()):
+        cumulative, buckets = 0, []
+        for bound, count in zip([*LATENCY_BUCKETS, float("inf")], per_bucket, strict=True):
+            cumulative += count
+            buckets.append((_le(bound), cumulative))
+        latency.add_metric(list(key), buckets, sum_value=totals.latency_sum_ms[key] / 1000)
+    yield latency
+
+    failures = CounterMetricFamily(
+        "llm_failures",
+        "Dead-lettered jobs (FailureRecord rows), by severity and reason.",
+        labels=["severity", "reason"],
+    )
+    for key, value in sorted(totals.failures.items()):
+        failures.add_metric(list(key), value)
+    yield failures
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else f"{bound:g}"
+
+
+def _database_gauges() -> Iterator[Metric]:
+    from jobs.models import ProviderBreaker
+    from ledger.budgets import budgets_used_ratio
+
+    ratios = GaugeMetricFamily(
+        "llm_budget_used_ratio",
+        "Settled spend / limit in each budget's current window (the worst of its periods).",
+        labels=["scope", "name"],
+    )
+    for (scope, name), ratio in sorted(budgets_used_ratio(at=timezone.now()).items()):
+        ratios.add_metric([scope, name], ratio)
+    yield ratios
+
+    breaker = GaugeMetricFamily(
+        "llm_breaker_open", "1 while the provider's circuit breaker is open.", labels=["provider"]
+    )
+    for provider, state in ProviderBreaker.objects.values_list("provider", "state"):
+        breaker.add_metric([provider], 1 if state == ProviderBreaker.State.OPEN else 0)
+    yield breaker
+
+
+def _redis_gauges() -> Iterator[Metric]:
+    from alerts.queue_health import oldest_wait_seconds
+
+    depth = GaugeMetricFamily("llm_queue_depth", "Jobs waiting in each queue.", labels=["queue"])
+    oldest = GaugeMetricFamily(
+        "llm_queue_oldest_job_age_seconds",
+        "How long the job at the head of each queue has waited (0 when empty).",
+        labels=["queue"],
+    )
+    scheduled = GaugeMetricFamily(
+        "llm_retries_scheduled",
+        "Jobs scheduled to run later in each queue (delayed retries).",
+        labels=["queue"],
+    )
+    workers = GaugeMetricFamily(
+        "llm_workers", "Live rq workers listening on each queue.", labels=["queue"]
+    )
+    connection = django_rq.get_connection(QUEUE_NAMES[0])
+    listening: dict[str, int] = defaultdict(int)
+    for worker in Worker.all(connection=connection):
+        for name in worker.queue_names():
+            listening[name] += 1
+    for name in QUEUE_NAMES:
+        waiting, wait = oldest_wait_seconds(queue_name=name)
+        depth.add_metric([name], waiting)
+        oldest.add_metric([name], wait or 0.0)
+        scheduled.add_metric([name], django_rq.get_queue(name).scheduled_job_registry.count)
+        workers.add_metric([name], listening[name])
+    yield depth
+    yield oldest
+    yield scheduled
+    yield workers
 
 
 def llm_registry() -> CollectorRegistry:
-    return CollectorRegistry(auto_describe=False)
+    """A registry holding only the LLM metrics (read fresh at each scrape)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LlmCollector())
+    return registry
 
 
 def rq_registry() -> CollectorRegistry:
-    from django_rq.contrib.prometheus import RQCollector
-
+    """django-rq's collector, for /django-rq/metrics/."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RQCollector())
     return registry

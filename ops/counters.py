@@ -1,0 +1,133 @@
+"""Counting, inside the transaction of what is counted.
+
+``ledger/services.py`` counts each ledger row, ``jobs/transitions.py`` each job transition and
+``alerts/services.py`` each dead letter, all in the same transaction as the row they write: the
+counters (``ops/models.py``) equal the ledger by construction, on every host and in every worker
+process, and a rolled-back transition counts nothing.
+"""
+
+import random
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from django.db import IntegrityError, models, transaction
+from django.db.models import F
+
+from ops.models import (
+    LATENCY_BUCKETS,
+    LATENCY_COLUMNS,
+    SHARDS,
+    TOKEN_COLUMNS,
+    AttemptCounter,
+    FailureCounter,
+    JobCounter,
+)
+
+if TYPE_CHECKING:
+    from alerts.models import FailureRecord
+    from jobs.models import LlmJob
+    from ledger.models import CostEntry
+
+__all__ = [
+    "ATTEMPT_OUTCOMES",
+    "attempt_outcome",
+    "count_cost_entry",
+    "count_failure",
+    "count_job_status",
+    "latency_column",
+]
+
+ATTEMPT_OUTCOMES = (
+    "success",
+    "rate_limited",
+    "overloaded",
+    "server_error",
+    "timeout",
+    "connection",
+    "fatal",
+)
+"""The ``outcome`` label of ``llm_attempts_total``."""
+
+_OUTCOME_OF_REASON = {
+    "rate_limited": "rate_limited",
+    "overloaded": "overloaded",
+    "server_error": "server_error",
+    "conflict": "server_error",
+    "read_timeout": "timeout",
+    "worker_lost": "timeout",
+    "connection_error": "connection",
+    "connection_dropped": "connection",
+}
+"""Failure classes (jobs/retry_policy.py) -> outcome label; every other class is ``fatal``
+(401/403, invalid requests, the spend cap, an unexpected error or unreadable answer)."""
+
+
+def attempt_outcome(*, outcome: str, reason_code: str) -> str:
+    """The metric's outcome of a ledger row, from its ``outcome`` and failure class."""
+    if outcome == "success":
+        return "success"
+    return _OUTCOME_OF_REASON.get(reason_code, "fatal")
+
+
+def latency_column(latency_ms: int) -> str:
+    """The histogram column (non-cumulative bucket) of one latency."""
+    seconds = latency_ms / 1000
+    for bound, column in zip(LATENCY_BUCKETS, LATENCY_COLUMNS, strict=False):
+        if seconds <= bound:
+            return column
+    return LATENCY_COLUMNS[-1]
+
+
+def _add(model: type[models.Model], keys: dict[str, Any], amounts: dict[str, Any]) -> None:
+    """counter row += amounts; the row of (keys, a random shard) is created on first use."""
+    keys = {**keys, "shard": random.randrange(SHARDS)}
+    increments = {column: F(column) + amount for column, amount in amounts.items() if amount}
+    if not increments:
+        increments = {"shard": F("shard")}  # still make sure the label set exists
+    manager = model._default_manager
+    if manager.filter(**keys).update(**increments):
+        return
+    try:
+        with transaction.atomic():  # a savepoint: a concurrent first insert may win the race
+            manager.create(**keys, **amounts)
+    except IntegrityError:
+        manager.filter(**keys).update(**increments)
+
+
+def count_cost_entry(entry: "CostEntry") -> None:
+    """Count one ledger row. Call in the transaction that creates it."""
+    amounts: dict[str, Any] = {column: getattr(entry, column) for column in TOKEN_COLUMNS.values()}
+    is_attempt = entry.entry_type == "attempt"
+    amounts["attempts"] = 1 if is_attempt else 0
+    cost = Decimal(entry.cost_usd)
+    amounts["cost_usd"] = cost if cost > 0 else Decimal(0)
+    amounts["cost_credited_usd"] = -cost if cost < 0 else Decimal(0)
+    if is_attempt and entry.latency_ms is not None:
+        amounts["latency_count"] = 1
+        amounts["latency_sum_ms"] = entry.latency_ms
+        amounts[latency_column(entry.latency_ms)] = 1
+    _add(
+        AttemptCounter,
+        {
+            "feature": entry.feature,
+            "model": entry.model,
+            "outcome": attempt_outcome(outcome=entry.outcome, reason_code=entry.reason_code),
+        },
+        amounts,
+    )
+
+
+def count_job_status(job: "LlmJob") -> None:
+    """Count a job entering its (new) status. Call in the transaction of the transition."""
+    _add(
+        JobCounter, {"feature": job.feature, "model": job.model, "status": job.status}, {"jobs": 1}
+    )
+
+
+def count_failure(record: "FailureRecord") -> None:
+    """Count one dead letter. Call in the transaction that creates its FailureRecord."""
+    _add(
+        FailureCounter,
+        {"severity": record.severity.lower(), "reason": record.reason_code},
+        {"failures": 1},
+    )
