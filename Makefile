@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test lint typecheck venv dev-venv migrate services browser bench bench-costs clean
+.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -35,6 +35,10 @@ services:
 browser:
 	./scripts/browser-deps.sh
 
+# promtool (Debian's prometheus package) for the metrics, rules and config checks.
+tools:
+	./scripts/prometheus-deps.sh
+
 lint: dev-venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -42,7 +46,7 @@ lint: dev-venv
 typecheck: dev-venv
 	$(BIN)/mypy llmops jobs ledger alerts fake_provider ops
 
-test: dev-venv services browser lint typecheck
+test: dev-venv services browser tools lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(BIN)/python -m pytest tests -q $(PYTEST_ARGS)
 
