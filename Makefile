@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs clean
+.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -61,3 +61,8 @@ bench: dev-venv services
 # Cost reports over a million synthetic ledger rows (its own database): query times and indexes.
 bench-costs: dev-venv services
 	$(BIN)/python bench/costs.py
+
+# A scrape of /metrics after 100,000 jobs (2,000 through real forking workers), next to
+# prometheus_client's multiprocess mode (its own database).
+bench-metrics: dev-venv services
+	$(BIN)/python bench/metrics_scrape.py
