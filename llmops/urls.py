@@ -5,6 +5,8 @@ from django.urls import include, path
 from jobs.views import live_page
 
 urlpatterns = [
+    # Staff-only admin pages of ops; before the admin, whose catch-all would answer first.
+    path("admin/ops/dashboard/", include("ops.admin_dashboard")),
     path("admin/", admin.site.urls),
     path("live/", live_page, name="live"),
     path("login/", LoginView.as_view(), name="login"),
