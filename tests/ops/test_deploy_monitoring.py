@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from django.test import Client
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
@@ -84,6 +85,12 @@ ALLOWED_METRICS = (
     | {histogram + suffix for histogram in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")}
 )
 
+LLM_COUNTER_RANGE = re.compile(r"\b(?:rate|increase)\(\s*llm_")
+ONCE_PER_SYSTEM = re.compile(r"max without \(instance\) \(\s*(?:rate|increase)\(\s*llm_")
+HISTOGRAM_SERIES = re.compile(
+    "(?:" + "|".join(f"(?<={name})" for name in sorted(HISTOGRAMS)) + ")_(?:bucket|sum|count)$"
+)
+"""The series suffix of a histogram's name (``..._seconds_bucket`` -> ``..._seconds``)."""
 METRIC_NAME = re.compile(r"(?<![\w:])(?:llm|django)_\w+")
 STRING_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
 
@@ -169,7 +176,7 @@ def test_the_unit_tests_fail_when_a_threshold_moves(promtool: str, tmp_path: Pat
     """The unit tests can fail: the budget warning at 96 % instead of 90 % breaks them."""
     shutil.copy(RULES_TEST, tmp_path)
     rules = RULES.read_text()
-    assert rules.count("llm_budget_used_ratio >= 0.9 < 1") == 1
+    assert rules.count("(llm_budget_used_ratio) >= 0.9 < 1") == 1
     (tmp_path / "rules.yml").write_text(rules.replace(">= 0.9 < 1", ">= 0.96 < 1"))
     result = run(promtool, "test", "rules", tmp_path / "rules_test.yml")
     assert result.returncode != 0
@@ -214,6 +221,19 @@ def test_the_rules_read_only_exposed_metrics(rule_groups: list[dict[str, Any]]) 
         for rule in group["rules"]:
             unknown = metric_names(rule["expr"]) - ALLOWED_METRICS
             assert not unknown, f"{rule.get('alert') or rule.get('record')}: {unknown}"
+
+
+def test_rules_count_system_wide_counters_once(rule_groups: list[dict[str, Any]]) -> None:
+    """Every web host reports the same llm_* counters: a rate is taken once, not once per host."""
+    for group in rule_groups:
+        for rule in group["rules"]:
+            assert_counted_once(rule["expr"])
+
+
+def assert_counted_once(expr: str) -> None:
+    ranges = LLM_COUNTER_RANGE.findall(expr)
+    once = ONCE_PER_SYSTEM.findall(expr)
+    assert len(ranges) == len(once), f"llm_* rate or increase not once per system: {expr}"
 
 
 def test_the_example_config_passes_promtool_check_config(promtool: str, tmp_path: Path) -> None:
@@ -300,6 +320,13 @@ def test_the_dashboard_reads_only_exposed_metrics(dashboard: dict[str, Any]) -> 
     assert any(name.startswith("django_http_") for name in used)
 
 
+def test_the_dashboard_counts_system_wide_counters_once(dashboard: dict[str, Any]) -> None:
+    for expr in dashboard_exprs(dashboard):
+        assert_counted_once(expr)
+    with pytest.raises(AssertionError):
+        assert_counted_once("sum(rate(llm_jobs_total[5m]))")
+
+
 def test_the_metric_check_catches_an_unknown_name() -> None:
     assert metric_names('sum(rate(llm_job_total{status="llm_x"}[5m]))') == {"llm_job_total"}
     assert not metric_names("llm_job_total") <= ALLOWED_METRICS
@@ -324,3 +351,22 @@ def test_every_dashboard_query_is_valid_promql(
     result = run(promtool, "check", "rules", tmp_path / "dashboard_queries.yml")
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(rules)} rules found" in result.stdout
+
+
+@pytest.mark.django_db
+def test_every_metric_the_dashboard_and_rules_read_is_exposed(
+    dashboard: dict[str, Any], rule_groups: list[dict[str, Any]], settings: Any
+) -> None:
+    """The names above are the ones /metrics really exposes (its # TYPE lines, on a fresh
+    database: a counter family is announced before its first sample)."""
+    settings.METRICS_TOKEN = "deploy-monitoring-test-token"
+    response = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer deploy-monitoring-test-token")
+    assert response.status_code == 200
+    exposed = set(re.findall(r"^# TYPE (\S+) \S+$", response.content.decode(), re.M))
+    exprs = dashboard_exprs(dashboard) + [
+        rule["expr"] for group in rule_groups for rule in group["rules"]
+    ]
+    used = {name for expr in exprs for name in metric_names(expr)}
+    families = {HISTOGRAM_SERIES.sub("", name) for name in used}
+    assert families, "no metric read"
+    assert families - exposed == set()
