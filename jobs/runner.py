@@ -4,6 +4,7 @@ Every state change is a transition in ``jobs/services.py``; this module only dec
 the call's outcome asks for.
 """
 
+import contextvars
 import logging
 import math
 import threading
@@ -35,6 +36,7 @@ from jobs.timeouts import read_timeout_for
 from ledger.budgets import budget_release, budget_reserve
 from ledger.models import CostEntry
 from ledger.services import AttemptRecord, job_upper_bound_cost
+from llmops.logs import bind_log_context, log_context
 from llmops.queues import LLM_QUEUE, job_lock_key
 
 __all__ = ["failure_from_outcome", "job_run"]
@@ -62,7 +64,13 @@ class _Heartbeat:
         self.job_id, self.lock = job_id, lock
         self.stopped = threading.Event()
         self.beats = 0
-        self.thread = threading.Thread(target=self._run, daemon=True, name=f"heartbeat-{job_id}")
+        # Started in the job's log context: its lines carry the job's fields too.
+        self.thread = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(self._run,),
+            daemon=True,
+            name=f"heartbeat-{job_id}",
+        )
 
     def __enter__(self) -> "_Heartbeat":
         self.thread.start()
@@ -100,7 +108,15 @@ class _Heartbeat:
 
 def job_run(*, job_id: str, rq_job_id: str | None = None) -> str:
     """Run one attempt of a job. Returns what happened, for the RQ job's result and the logs:
-    ``locked``, ``skipped``, ``held`` (breaker open) or the attempt's outcome."""
+    ``locked``, ``skipped``, ``held`` (breaker open) or the attempt's outcome.
+
+    Every line logged meanwhile carries the job's id, and once known its feature, model,
+    attempt and the provider's request id (llmops/logs.py); they are unbound on return."""
+    with log_context(job_id=job_id):
+        return _job_run(job_id=job_id, rq_job_id=rq_job_id)
+
+
+def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
     redis = django_rq.get_connection(LLM_QUEUE)
     lock = redis.lock(job_lock_key(job_id), timeout=_lock_ttl(), blocking=False, thread_local=False)
     if not lock.acquire(blocking=False):
@@ -119,6 +135,7 @@ def job_run(*, job_id: str, rq_job_id: str | None = None) -> str:
         # The attempt's worst case is reserved against every budget before the claim: a job
         # that does not fit uses no attempt and makes no call.
         attempt = waiting.attempts + 1
+        bind_log_context(feature=waiting.feature, model=waiting.model, attempt=attempt)
         refusal = budget_reserve(
             job=waiting, attempt=attempt, amount=job_upper_bound_cost(job=waiting)
         )
@@ -147,6 +164,7 @@ def _attempt(job: LlmJob, *, probe: bool, lock: Any) -> str:
                 job_id=str(job.id),
                 read_timeout=read_timeout_for(job.max_tokens),
             )
+        bind_log_context(provider_request_id=outcome.request_id)
         if outcome.kind == "success":
             _persist(
                 lambda: job_complete(

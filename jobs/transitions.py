@@ -10,11 +10,13 @@ notifies nobody; a failing subscriber is logged and never fails the job or the o
 
 import logging
 from collections.abc import Callable
+from decimal import Decimal
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from django.db import transaction
 
+from llmops.logs import log_context
 from ops.counters import count_job_status
 
 if TYPE_CHECKING:
@@ -64,12 +66,16 @@ def transition_committed(job: "LlmJob", transition: Transition) -> None:
 
 
 def _notify(job: "LlmJob", transition: Transition) -> None:
-    for subscriber in list(_subscribers):
-        try:
-            subscriber(job, transition)
-        except Exception:
-            # Best effort by design: the transition is committed whatever a subscriber does.
-            logger.exception("transition subscriber %r failed for job %s", subscriber, job.id)
+    # Every subscriber's log lines carry the job's fields, in the web process as in a worker.
+    with log_context(
+        job_id=str(job.id), feature=job.feature, model=job.model, attempt=job.attempts or None
+    ):
+        for subscriber in list(_subscribers):
+            try:
+                subscriber(job, transition)
+            except Exception:
+                # Best effort by design: the transition is committed whatever a subscriber does.
+                logger.exception("transition subscriber %r failed for job %s", subscriber, job.id)
 
 
 @on_transition
@@ -85,4 +91,11 @@ def log_transition(job: "LlmJob", transition: Transition) -> None:
         job.model,
         job.cost_usd,
         job.error_code or "-",
+        extra={
+            "transition": transition.value,
+            "status": job.status,
+            "error_code": job.error_code or None,
+            # A service may have left an F() expression here; only a number is worth a field.
+            "cost_usd": job.cost_usd if isinstance(job.cost_usd, Decimal | int) else None,
+        },
     )

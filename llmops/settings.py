@@ -70,7 +70,8 @@ def database_from_url(url: str) -> dict[str, Any]:
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
         path = unquote(parsed.path[1:]) if parsed.path.startswith("/") else parsed.path
-        return {"ENGINE": "django_prometheus.db.backends.sqlite3",
+        return {
+            "ENGINE": "django_prometheus.db.backends.sqlite3",
             "NAME": path or BASE_DIR / "db.sqlite3",
         }
     if parsed.scheme in ("mysql", "mariadb"):
@@ -149,6 +150,9 @@ SECRET_KEY = secret_key_from_env("DJANGO_SECRET_KEY", debug=DEBUG, secure=SECURE
 ALLOWED_HOSTS = allowed_hosts_from_env("DJANGO_ALLOWED_HOSTS", secure=SECURE)
 SECURE_PROXY_SSL_HEADER = proxy_ssl_header_from_env("DJANGO_SECURE_PROXY_SSL_HEADER")
 SECURE_SSL_REDIRECT = envbool("DJANGO_SECURE_SSL_REDIRECT", str(SECURE))
+# Load balancers and orchestrators probe over plain http inside the network: a redirect would
+# pass for "healthy" without checking anything.
+SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz)$"]
 SESSION_COOKIE_SECURE = envbool("DJANGO_SESSION_COOKIE_SECURE", str(SECURE))
 CSRF_COOKIE_SECURE = envbool("DJANGO_CSRF_COOKIE_SECURE", str(SECURE))
 SECURE_HSTS_SECONDS = envint("DJANGO_SECURE_HSTS_SECONDS", 31_536_000 if SECURE else 0, minimum=0)
@@ -184,6 +188,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First and last: django-prometheus times every request (HTTP metrics on /metrics).
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    # Early: a request id for every line the request logs, and one access-log line for it.
+    "llmops.middleware.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -365,13 +371,36 @@ METRICS_ALLOWED_NETWORKS = [
 DEMO_USERNAME = os.environ.get("DEMO_USERNAME", "demo")
 DEMO_PASSWORD = os.environ.get("DEMO_PASSWORD", "llmops-demo")
 
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "json")
+"""json: one JSON object per line with job_id, feature, model, attempt, request_id where known
+(llmops/logs.py); plain: the human format with the same fields appended."""
+if LOG_FORMAT not in ("json", "plain"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be json or plain, not {LOG_FORMAT!r}")
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"httpx": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}},
+    "formatters": {
+        "json": {"()": "llmops.logs.JsonFormatter"},
+        "plain": {"()": "llmops.logs.PlainFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    # One handler for everything: rq's worker and scheduler loggers find it and add none of
+    # their own (rq.logutils.setup_loghandlers), uvicorn's and Django's loggers propagate to it.
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+        # The SDK's DEBUG lines hold whole request bodies (prompts) even when LOG_LEVEL=DEBUG.
+        "anthropic": {"level": "WARNING"},
+        # Django's defaults print to their own console handler under DEBUG, uvicorn's to its
+        # own plain one: here they propagate to ours (and take LOG_LEVEL, not --log-level).
+        "django": {"handlers": [], "propagate": True},
+        "django.server": {"handlers": [], "propagate": True},
+        "uvicorn": {"handlers": [], "propagate": True},
+        # Off: llmops.access (llmops/middleware.py) logs each request once, with its request id.
+        "uvicorn.access": {"handlers": [], "propagate": False},
+    },
 }
 
 # --- Alerts -----------------------------------------------------------------------------------
