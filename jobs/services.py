@@ -443,7 +443,9 @@ def _schedule_retry(
     job.save(update_fields=fields)
     # Notified before the push, so the "retrying" event leaves before the next attempt's.
     transition_committed(job, via or Transition.RETRY_SCHEDULED)
-    job_enqueue(job=job, delay_seconds=max(0.0, (at - timezone.now()).total_seconds()))
+    # Always through rq's scheduler, even when the (scaled) delay has already run out while the
+    # transition was written: a retry is never pushed ahead of jobs already waiting.
+    job_enqueue(job=job, delay_seconds=max(0.001, (at - timezone.now()).total_seconds()))
     return job
 
 
