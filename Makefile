@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics clean
+.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -66,3 +66,7 @@ bench-costs: dev-venv services
 # prometheus_client's multiprocess mode (its own database).
 bench-metrics: dev-venv services
 	$(BIN)/python bench/metrics_scrape.py
+
+# The ops dashboard (page + data.json) over a million ledger rows and their jobs (its own database).
+bench-dashboard: dev-venv services
+	$(BIN)/python bench/dashboard.py

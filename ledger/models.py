@@ -187,6 +187,10 @@ class CostEntry(models.Model):
                 fields=["created_at", "feature", "model", "user", *REPORT_COLUMNS],
                 name="cost_report_created",
             ),
+            # The ops dashboard's attempts and failed attempts per minute (bench/dashboard.py).
+            models.Index(
+                fields=["created_at", "entry_type", "outcome"], name="cost_dashboard_created"
+            ),
         ]
         constraints = [
             # One row per attempt, and at most one correction of it (a late result).

@@ -257,7 +257,11 @@ def _rq_timings(queue_name: str) -> dict:
     return {
         "queue": queue_name,
         "measured": True,
-        "source": f"the last {len(waits)} jobs in rq's finished registry (kept for result_ttl)",
+        "source": (
+            f"the last {len(waits)} jobs in rq's finished registry"
+            if waits
+            else "no job in rq's finished registry (rq keeps one for its result_ttl, 500 s)"
+        ),
         "samples": len(waits),
         "wait": _percentiles_of(waits),
         "runtime": _percentiles_of(runtimes),
