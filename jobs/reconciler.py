@@ -77,7 +77,11 @@ def _recover_stale(report: ReconcileReport) -> None:
                 continue  # a worker still holds it; its heartbeat is merely late
             if job_recover(job_id=job_id, stale_before=cutoff) is not None:
                 report.recovered_stale += 1
-                logger.warning("job %s lost its worker mid-attempt; recovered", job_id)
+                logger.warning(
+                    "job %s lost its worker mid-attempt; recovered",
+                    job_id,
+                    extra={"job_id": str(job_id)},
+                )
 
 
 def requeue_waiting_jobs(
@@ -124,10 +128,18 @@ def requeue_waiting_jobs(
                 continue
             if rq_job_is_alive(rq_job):
                 report.requeued_overdue += 1
-                logger.warning("job %s: retry overdue (scheduler gone?); enqueued now", job_id)
+                logger.warning(
+                    "job %s: retry overdue (scheduler gone?); enqueued now",
+                    job_id,
+                    extra={"job_id": str(job_id)},
+                )
             else:
                 report.requeued_lost += 1
-                logger.warning("job %s was missing from Redis; enqueued again", job_id)
+                logger.warning(
+                    "job %s was missing from Redis; enqueued again",
+                    job_id,
+                    extra={"job_id": str(job_id)},
+                )
             if limit is not None:
                 limit -= 1
                 if limit == 0:

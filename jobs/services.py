@@ -124,6 +124,7 @@ def job_enqueue(*, job: LlmJob, delay_seconds: float | None = None) -> None:
                 "job %s: Redis refused the enqueue (%s); the reconciler will enqueue it",
                 job_id,
                 type(exc).__name__,
+                extra={"job_id": job_id},
             )
 
     transaction.on_commit(push)

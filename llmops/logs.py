@@ -55,6 +55,7 @@ EXTRA_FIELDS = frozenset(
         "error_code",
         "outcome",
         "queue",
+        "loop",
         "rq_job_id",
         "method",
         "path",

@@ -152,7 +152,13 @@ class LoopCommand(BaseCommand):
         logger.info("%s: loop stopped", self.loop_name)
 
     def _write(self, report: str) -> None:
-        if report:
+        """A pass's report: a log line when looping (one JSON line per pass, like every other
+        process's output), the command's output for a single pass run by hand."""
+        if not report:
+            return
+        if self.looping:
+            logger.info("%s: %s", self.loop_name, report, extra={"loop": self.loop_name})
+        else:
             self.stdout.write(report)
 
     def _record(self, write: Callable[[], object]) -> None:
@@ -171,7 +177,7 @@ class LoopCommand(BaseCommand):
         try:
             for report in loop_health_check():
                 if report.alert is not None:
-                    self.stdout.write(f"loops: {report}")
+                    self._write(f"loops: {report}")
         except Exception as error:
             if not self.looping:
                 raise
