@@ -39,7 +39,7 @@ def test_a_staff_member_watches_budgets_and_sets_a_new_one(page, live_server) ->
     make_budget_keeper()
     log_in(page, live_server, "bea")
 
-    page.click("text=Budgets")
+    page.get_by_role("link", name="Budgets", exact=True).click()
     page.wait_for_selector("#result_list")
     page.click("#toggle-nav-sidebar")  # ten columns: room for all of them at 1400 px
     rows = page.locator("#result_list tbody tr")
