@@ -62,6 +62,7 @@ __all__ = [
     "job_complete",
     "job_enqueue",
     "job_enqueue_again",
+    "job_hold",
     "job_recover",
     "job_requeue",
     "job_submit",
@@ -433,6 +434,31 @@ def job_budget_refused(
         reason_code=classification.reason_code,
         message=refusal.message,
     )
+
+
+@transaction.atomic
+def job_hold(
+    *, job_id: uuid.UUID | str, rq_job_id: str | None, delay_seconds: float, reason: str
+) -> LlmJob | None:
+    """A waiting job that may not start yet (a rate limit's next slot, its concurrency key held
+    by another job) goes back on the queue after ``delay_seconds`` under a fresh RQ job id.
+
+    No attempt is used and no ledger row written; the status does not change, so there is no
+    transition. A ``retrying`` job's ``next_attempt_at`` moves to the new time, so the reconciler
+    does not take it for an overdue retry. Returns None when the job moved on meanwhile.
+    """
+    job = LlmJob.objects.select_for_update().get(id=job_id)
+    if job.status not in LlmJob.WAITING_STATUSES or (
+        rq_job_id is not None and job.rq_job_id != rq_job_id
+    ):
+        return None
+    delay = max(0.001, delay_seconds)
+    if job.status == LlmJob.Status.RETRYING:
+        job.next_attempt_at = timezone.now() + timedelta(seconds=delay)
+        job.save(update_fields=["next_attempt_at"])
+    job_enqueue(job=job, delay_seconds=delay)
+    logger.info("job %s held for %.2fs: %s", job.id, delay, reason, extra={"job_id": str(job.id)})
+    return job
 
 
 def _schedule_retry(
