@@ -38,6 +38,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "status",
             "feature",
             "model",
+            "concurrency_key",
             "attempts",
             "created_at",
             "started_at",

@@ -34,6 +34,16 @@ class LlmJob(models.Model):
     temperature = models.FloatField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
 
+    concurrency_key = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text=(
+            "At most LLM_CONCURRENCY_PER_KEY jobs with the same key run at once; "
+            "empty: no such limit."
+        ),
+    )
+
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     idempotency_key_hash = models.CharField(
         max_length=64,

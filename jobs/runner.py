@@ -7,9 +7,11 @@ the call's outcome asks for.
 import contextvars
 import logging
 import math
+import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -21,6 +23,7 @@ from redis.exceptions import LockError, RedisError
 
 from jobs import provider
 from jobs.breaker import breaker_close, breaker_gate
+from jobs.concurrency_keys import slot_acquire, slot_extend, slot_release
 from jobs.models import LlmJob
 from jobs.retry_policy import classify
 from jobs.selectors import job_for_run
@@ -31,6 +34,7 @@ from jobs.services import (
     job_budget_refused,
     job_claim,
     job_complete,
+    job_hold,
 )
 from jobs.timeouts import read_timeout_for
 from ledger.budgets import budget_release, budget_reserve
@@ -60,8 +64,8 @@ class _Heartbeat:
     beat (Redis or the database briefly gone, anything else) is logged and the next beat runs.
     """
 
-    def __init__(self, job_id: UUID, lock: Any) -> None:
-        self.job_id, self.lock = job_id, lock
+    def __init__(self, job_id: UUID, lock: Any, concurrency_key: str = "") -> None:
+        self.job_id, self.lock, self.concurrency_key = job_id, lock, concurrency_key
         self.stopped = threading.Event()
         self.beats = 0
         # Started in the job's log context: its lines carry the job's fields too.
@@ -95,6 +99,12 @@ class _Heartbeat:
             logger.warning("job %s: lock lost while running (expired or taken over)", self.job_id)
         except Exception:
             logger.exception("job %s: heartbeat could not extend the lock", self.job_id)
+        if self.concurrency_key:
+            try:
+                if not slot_extend(concurrency_key=self.concurrency_key, job_id=str(self.job_id)):
+                    logger.warning("job %s: its concurrency slot was lost", self.job_id)
+            except Exception:
+                logger.exception("job %s: heartbeat could not extend its slot", self.job_id)
         try:
             LlmJob.objects.filter(id=self.job_id, status=LlmJob.Status.RUNNING).update(
                 heartbeat_at=timezone.now()
@@ -132,23 +142,21 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
         if waiting is None:
             logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
             return "skipped"
-        # The attempt's worst case is reserved against every budget before the claim: a job
-        # that does not fit uses no attempt and makes no call.
         attempt = waiting.attempts + 1
         bind_log_context(feature=waiting.feature, model=waiting.model, attempt=attempt)
-        refusal = budget_reserve(
-            job=waiting, attempt=attempt, amount=job_upper_bound_cost(job=waiting)
-        )
-        if refusal is not None:
-            job_budget_refused(job_id=waiting.id, rq_job_id=rq_job_id, refusal=refusal)
-            logger.info("job %s: budget %s (%s)", job_id, refusal.action, refusal.message)
-            return f"budget_{refusal.action}"
-        job = job_claim(job_id=job_id, rq_job_id=rq_job_id)
-        if job is None or job.attempts != attempt:
-            budget_release(job=waiting, attempt=attempt)
-            logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
-            return "skipped"
-        return _attempt(job, probe=gate == "probe", lock=lock)
+        if waiting.concurrency_key:
+            with _concurrency_slot(waiting) as taken:
+                if not taken:
+                    delay = settings.LLM_CONCURRENCY_KEY_WAIT_SECONDS * random.uniform(1, 1.5)
+                    job_hold(
+                        job_id=waiting.id,
+                        rq_job_id=rq_job_id,
+                        delay_seconds=delay,
+                        reason="its concurrency_key is taken by other running jobs",
+                    )
+                    return "key_busy"
+                return _start(waiting, attempt=attempt, rq_job_id=rq_job_id, gate=gate, lock=lock)
+        return _start(waiting, attempt=attempt, rq_job_id=rq_job_id, gate=gate, lock=lock)
     finally:
         try:
             lock.release()
@@ -156,9 +164,43 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
             pass
 
 
+@contextmanager
+def _concurrency_slot(job: LlmJob) -> Iterator[bool]:
+    """A running slot of the job's concurrency_key for the whole attempt (jobs/concurrency_keys.py),
+    given back at its end; yields whether it was taken."""
+    job_id = str(job.id)
+    taken = slot_acquire(concurrency_key=job.concurrency_key, job_id=job_id)
+    try:
+        yield taken
+    finally:
+        if taken:
+            try:
+                slot_release(concurrency_key=job.concurrency_key, job_id=job_id)
+            except RedisError:
+                logger.warning("job %s: its concurrency slot will free itself at lease end", job_id)
+
+
+def _start(waiting: LlmJob, *, attempt: int, rq_job_id: str | None, gate: str, lock: Any) -> str:
+    """Reserve, claim and run one attempt of a job that may start now."""
+    job_id = str(waiting.id)
+    # The attempt's worst case is reserved against every budget before the claim: a job that
+    # does not fit uses no attempt and makes no call.
+    refusal = budget_reserve(job=waiting, attempt=attempt, amount=job_upper_bound_cost(job=waiting))
+    if refusal is not None:
+        job_budget_refused(job_id=waiting.id, rq_job_id=rq_job_id, refusal=refusal)
+        logger.info("job %s: budget %s (%s)", job_id, refusal.action, refusal.message)
+        return f"budget_{refusal.action}"
+    job = job_claim(job_id=job_id, rq_job_id=rq_job_id)
+    if job is None or job.attempts != attempt:
+        budget_release(job=waiting, attempt=attempt)
+        logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
+        return "skipped"
+    return _attempt(job, probe=gate == "probe", lock=lock)
+
+
 def _attempt(job: LlmJob, *, probe: bool, lock: Any) -> str:
     try:
-        with _Heartbeat(job.id, lock):
+        with _Heartbeat(job.id, lock, job.concurrency_key):
             outcome = provider.call_messages(
                 body=job.provider_request(),
                 job_id=str(job.id),

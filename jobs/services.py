@@ -175,6 +175,7 @@ def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> 
                 max_tokens=request.max_tokens,
                 temperature=request.temperature,
                 metadata=request.metadata or {},
+                concurrency_key=request.concurrency_key or "",
                 idempotency_key=idempotency_key or None,
                 idempotency_key_hash=key_hash,
                 request_fingerprint=fingerprint,

@@ -11,7 +11,17 @@ from llmops.errors import ValidationFailed
 
 __all__ = ["JobRequest", "validate_job_request"]
 
-ALLOWED_FIELDS = {"feature", "model", "messages", "max_tokens", "system", "temperature", "metadata"}
+ALLOWED_FIELDS = {
+    "feature",
+    "model",
+    "messages",
+    "max_tokens",
+    "system",
+    "temperature",
+    "metadata",
+    "concurrency_key",
+}
+MAX_CONCURRENCY_KEY_LENGTH = 200
 FEATURE_RE = re.compile(r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$")
 MAX_FEATURE_LENGTH = 64
 ROLES = {"user", "assistant"}
@@ -31,9 +41,14 @@ class JobRequest:
     system: Any = None
     temperature: float | None = None
     metadata: dict[str, Any] | None = None
+    concurrency_key: str | None = None
 
     def fingerprint(self) -> str:
-        canonical = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        fields = asdict(self)
+        if fields["concurrency_key"] is None:
+            # Jobs submitted before the field existed keep the fingerprint they were given.
+            del fields["concurrency_key"]
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -230,6 +245,21 @@ def validate_job_request(data: Any) -> JobRequest:
     if metadata is not None and not isinstance(metadata, dict):
         raise _fail("invalid_metadata", "metadata must be a JSON object.", "metadata")
 
+    concurrency_key = data.get("concurrency_key")
+    if concurrency_key is not None:
+        if (
+            not isinstance(concurrency_key, str)
+            or not concurrency_key.strip()
+            or len(concurrency_key) > MAX_CONCURRENCY_KEY_LENGTH
+            or not concurrency_key.isprintable()
+        ):
+            raise _fail(
+                "invalid_concurrency_key",
+                f"concurrency_key must be a non-empty printable string of at most "
+                f"{MAX_CONCURRENCY_KEY_LENGTH} characters.",
+                "concurrency_key",
+            )
+
     return JobRequest(
         feature=feature,
         model=model,
@@ -238,4 +268,5 @@ def validate_job_request(data: Any) -> JobRequest:
         system=system,
         temperature=temperature,
         metadata=metadata,
+        concurrency_key=concurrency_key,
     )

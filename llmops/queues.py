@@ -5,6 +5,8 @@ so that ``llmops/settings.py`` can read them too. Nothing else in the project sp
 a task path or a key prefix.
 """
 
+import hashlib
+
 __all__ = [
     "ALERTS_QUEUE",
     "ALERT_FOR_FAILURE_TASK",
@@ -18,6 +20,7 @@ __all__ = [
     "RUN_LLM_JOB_TASK",
     "alert_for_failure_job_id",
     "bulk_requeue_job_id",
+    "concurrency_key_slots_key",
     "job_lock_key",
     "loop_pass_key",
 ]
@@ -43,6 +46,13 @@ KEY_PREFIX = "llmops:"
 def job_lock_key(job_id: object) -> str:
     """The per-job lock a worker holds while it runs one attempt of the job."""
     return f"{KEY_PREFIX}job-lock:{job_id}"
+
+
+def concurrency_key_slots_key(concurrency_key: str) -> str:
+    """The running slots of one job ``concurrency_key`` (a sorted set of job ids by lease end).
+    Hashed: the key is the caller's text, of any length and alphabet."""
+    digest = hashlib.sha256(concurrency_key.encode()).hexdigest()
+    return f"{KEY_PREFIX}concurrency:{digest}"
 
 
 def loop_pass_key(name: str) -> str:

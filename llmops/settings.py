@@ -322,6 +322,12 @@ LLM_MAX_ATTEMPTS = envint("LLM_MAX_ATTEMPTS", 10, minimum=1)
 LLM_RETRY_SCHEDULES: dict[str, list[float]] = envjson("LLM_RETRY_SCHEDULES", {})
 """Overrides per failure class, e.g. {"overloaded": [15, 60, 180]}; see jobs/retry_policy.py."""
 LLM_RETRY_JITTER = envfloat("LLM_RETRY_JITTER", 0.30, minimum=0.0)
+LLM_CONCURRENCY_PER_KEY = envint("LLM_CONCURRENCY_PER_KEY", 1, minimum=1)
+"""At most this many jobs with the same concurrency_key run at once (Laravel's
+WithoutOverlapping for one document or customer); the others wait without using an attempt."""
+LLM_CONCURRENCY_KEY_WAIT_SECONDS = envfloat("LLM_CONCURRENCY_KEY_WAIT_SECONDS", 2.0, minimum=0.1)
+"""A job whose concurrency_key is busy tries again after this long (plus up to half of it, at
+random, so that waiting jobs do not all come back at once)."""
 LLM_RETRY_DELAY_SCALE = envfloat("LLM_RETRY_DELAY_SCALE", 1.0, minimum=0.0)
 LLM_HEARTBEAT_SECONDS = envfloat("LLM_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
 """A running job's lock lives four heartbeats (40 s), refreshed every beat."""
