@@ -6,11 +6,21 @@ counters (``ops/models.py``) equal the ledger by construction, on every host and
 process, and a rolled-back transition counts nothing.
 """
 
-import random
+import logging
+import os
+import threading
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, models, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    DatabaseError,
+    IntegrityError,
+    connection,
+    connections,
+    models,
+    transaction,
+)
 from django.db.models import F
 
 from ops.models import (
@@ -27,6 +37,8 @@ if TYPE_CHECKING:
     from alerts.models import FailureRecord
     from jobs.models import LlmJob
     from ledger.models import CostEntry
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ATTEMPT_OUTCOMES",
@@ -78,20 +90,60 @@ def latency_column(latency_ms: int) -> str:
     return LATENCY_COLUMNS[-1]
 
 
+def _shard() -> int:
+    """This process's and thread's shard: concurrent workers mostly update different rows, and
+    one transaction always updates the same row of a label set (two shards of one label set
+    taken in opposite orders by two transactions could deadlock)."""
+    return hash((os.getpid(), threading.get_ident())) % SHARDS
+
+
 def _add(model: type[models.Model], keys: dict[str, Any], amounts: dict[str, Any]) -> None:
-    """counter row += amounts; the row of (keys, a random shard) is created on first use."""
-    keys = {**keys, "shard": random.randrange(SHARDS)}
+    """counter row += amounts, in the caller's transaction; a missing row is created first."""
+    keys = {**keys, "shard": _shard()}
     increments = {column: F(column) + amount for column, amount in amounts.items() if amount}
     if not increments:
         increments = {"shard": F("shard")}  # still make sure the label set exists
     manager = model._default_manager
     if manager.filter(**keys).update(**increments):
         return
+    _create_row(model, keys)
+    manager.filter(**keys).update(**increments)
+
+
+def _create_row(model: type[models.Model], keys: dict[str, Any]) -> None:
+    """Create a counter row at zero, committed at once on a connection of its own (MariaDB).
+
+    Inside the caller's transaction, two workers creating the same row would both end up
+    holding the shared lock of InnoDB's duplicate-key check and then both want the row
+    exclusively: a deadlock. Created and committed apart, the row simply exists when the
+    caller's UPDATE takes it. SQLite writers are serialised anyway, and a second connection
+    would wait for the caller's own write lock, so there the row is made in a savepoint.
+    """
+    if connection.vendor == "mysql":
+        fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+        columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+        values = [
+            keys[f.name] if f.name in keys else f.get_db_prep_save(f.get_default(), connection)
+            for f in fields
+        ]
+        table = connection.ops.quote_name(model._meta.db_table)
+        placeholders = ", ".join(["%s"] * len(fields))
+        side = connections.create_connection(DEFAULT_DB_ALIAS)
+        try:
+            with side.cursor() as cursor:
+                cursor.execute(
+                    f"INSERT IGNORE INTO {table} ({columns}) VALUES ({placeholders})", values
+                )
+            return
+        except DatabaseError:
+            logger.warning("counter row could not be made apart; making it in the transaction")
+        finally:
+            side.close()
     try:
-        with transaction.atomic():  # a savepoint: a concurrent first insert may win the race
-            manager.create(**keys, **amounts)
+        with transaction.atomic():
+            model._default_manager.create(**keys)
     except IntegrityError:
-        manager.filter(**keys).update(**increments)
+        pass
 
 
 def count_cost_entry(entry: "CostEntry") -> None:

@@ -15,7 +15,8 @@ from decimal import Decimal
 from django.db import models
 
 SHARDS = 8
-"""Rows per label set: concurrent transactions pick one at random, a scrape sums them."""
+"""Rows per label set: each process and thread updates its own (ops/counters.py), a scrape sums
+them."""
 
 LATENCY_BUCKETS: tuple[float, ...] = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 """Upper bounds in seconds of ``llm_provider_latency_seconds``; ``+Inf`` follows."""
