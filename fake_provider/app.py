@@ -8,11 +8,14 @@ Routes:
     GET  /_fake/faults       the active configuration
     POST /_fake/faults       change the configuration, optionally for a window of seconds:
                              {"faults": {"529": 1.0}, "for_seconds": 120,
-                              "latency_ms": "20-400", "rpm": 60}
+                              "latency_ms": "20-400", "rpm": 60, "itpm": 30000,
+                              "otpm": 8000, "rate_window_seconds": 60}
     POST /_fake/reset        start configuration back; counters, cache memory and rpm window cleared
 
-Order of work for POST /v1/messages: read the body (413 past 32 MB), sleep the latency, check
-the key (401), the body (400), the model (404), the rpm window (429), draw a fault, answer.
+Order of work for POST /v1/messages: read the body (413 past 32 MB), check the key (401), the
+body (400), the model (404), the rate windows (429: requests, input and output tokens, checked on
+arrival as the real API does, so a 429 answers at once), sleep the latency, draw a fault, answer.
+Rate-limit headers (state.py) come with every answer, success or error, once a limit is set.
 
 Stats: ``requests`` counts every POST /v1/messages when it arrives. ``by_status`` counts the
 status of every complete response sent. A ``drop`` (200 head sent, body cut) counts ONLY under
@@ -59,7 +62,13 @@ from .responses import (
     parse_request,
     should_retry,
 )
-from .state import FakeProviderState, parse_faults, parse_latency, parse_rpm
+from .state import (
+    FakeProviderState,
+    parse_faults,
+    parse_latency,
+    parse_rate_window,
+    parse_rpm,
+)
 
 __all__ = ["FakeAnthropicApp", "FakeServer", "build_server", "create_app"]
 
@@ -176,7 +185,15 @@ class FakeAnthropicApp:
             payload = json.loads(body or b"null")
         except ValueError:
             raise ApiError(400, "body must be JSON") from None
-        allowed = {"faults", "for_seconds", "latency_ms", "rpm"}
+        allowed = {
+            "faults",
+            "for_seconds",
+            "latency_ms",
+            "rpm",
+            "itpm",
+            "otpm",
+            "rate_window_seconds",
+        }
         if not isinstance(payload, dict) or not payload or set(payload) - allowed:
             raise ApiError(
                 400, f"body must be a JSON object with some of: {', '.join(sorted(allowed))}"
@@ -189,8 +206,11 @@ class FakeAnthropicApp:
                 changes["faults"] = parse_faults(payload["faults"])
             if "latency_ms" in payload:
                 changes["latency_ms"] = parse_latency(payload["latency_ms"])
-            if "rpm" in payload:
-                changes["rpm"] = parse_rpm(payload["rpm"])
+            for limit in ("rpm", "itpm", "otpm"):
+                if limit in payload:
+                    changes[limit] = parse_rpm(payload[limit])
+            if "rate_window_seconds" in payload:
+                changes["rate_window_seconds"] = parse_rate_window(payload["rate_window_seconds"])
             seconds = payload.get("for_seconds")
             if seconds is not None and (
                 isinstance(seconds, bool)
@@ -232,9 +252,6 @@ class FakeAnthropicApp:
             return await fail(ApiError(413, "Request exceeds the maximum allowed number of bytes."))
         if body is None:
             return
-        delay = state.draw_latency()
-        if delay:
-            await asyncio.sleep(delay)
 
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         bearer = headers.get("authorization", "")
@@ -255,15 +272,21 @@ class FakeAnthropicApp:
         except ApiError as error:
             return await fail(error)
 
-        decision = state.take_rate_slot()
+        decision = state.take_rate_slot(
+            input_tokens=sum(segment.tokens for segment in request.segments),
+            max_tokens=request.max_tokens,
+        )
         rate_headers = decision.headers() if decision else []
         if decision and not decision.allowed:
             limited = ApiError(
                 429,
-                "This request would exceed your organization's rate limit of "
-                f"{decision.limit} requests per minute.",
+                "This request would exceed your organization's rate limit "
+                f"({state.config.describe_limits()}).",
             )
             return await fail(limited, [("retry-after", str(decision.retry_after)), *rate_headers])
+        delay = state.draw_latency()
+        if delay:
+            await asyncio.sleep(delay)
 
         fault = state.draw_fault()
         if fault in FAULT_ERRORS:
@@ -278,6 +301,7 @@ class FakeAnthropicApp:
             return await fail(ApiError(status, message, details), extra)
 
         reply = build_message(request, state)
+        state.settle_tokens(decision, reply["usage"])
         state.bill(request.price, reply["usage"], epoch)
         body_out = _encode(reply)
         if fault == "timeout":

@@ -1,7 +1,17 @@
-"""In-process state of the fake provider: configuration, prices, prompt cache, rpm window, stats.
+"""In-process state of the fake provider: configuration, prices, prompt cache, rate windows, stats.
 
 Everything here runs on the single asyncio loop of one uvicorn worker. No method awaits, so each
 call is atomic with respect to other requests and no lock is needed.
+
+Rate limits, as the Messages API has them: requests (``rpm``), input tokens (``itpm``) and output
+tokens (``otpm``) per sliding window of ``rate_window_seconds`` (60). A request is admitted on
+arrival: input tokens count the whole prompt until the answer says how many were not cache reads
+(cache reads do not count, as for current Claude models); output tokens count ``max_tokens`` until
+the answer says how many were produced (the provider estimates output from ``max_tokens`` up
+front). Each configured limit answers its ``anthropic-ratelimit-<kind>-limit/-remaining/-reset``
+headers (reset: when the window is fully replenished, RFC 3339), on successes and errors alike;
+with both token limits set, ``anthropic-ratelimit-tokens-*`` carry their sums. A request over
+any limit gets 429 with ``retry-after``: whole seconds until enough of the window frees.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ __all__ = [
     "parse_fault",
     "parse_faults",
     "parse_latency",
+    "parse_rate_window",
     "parse_rpm",
     "price_for",
 ]
@@ -125,6 +136,21 @@ def parse_rpm(value: Any) -> int | None:
     return rpm or None
 
 
+def parse_rate_window(value: Any) -> float:
+    """Seconds of the rate-limit window: a number in (0, 3600]. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"rate_window_seconds must be a number of seconds, not {value!r}")
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"rate_window_seconds must be a number of seconds, not {value!r}"
+        ) from None
+    if not 0 < seconds <= 3600:
+        raise ValueError(f"rate_window_seconds must be in (0, 3600], not {value!r}")
+    return seconds
+
+
 def _rate(code: str, rate: Any) -> float:
     if code not in FAULT_CODES:
         raise ValueError(f"unknown fault code {code!r}; known: {', '.join(FAULT_CODES)}")
@@ -166,6 +192,9 @@ class Config:
     faults: tuple[tuple[str, float], ...] = ()
     latency_ms: tuple[int, int] = (0, 0)
     rpm: int | None = None
+    itpm: int | None = None
+    otpm: int | None = None
+    rate_window_seconds: float = WINDOW_SECONDS
 
     def describe(self) -> dict[str, Any]:
         low, high = self.latency_ms
@@ -173,7 +202,23 @@ class Config:
             "faults": dict(self.faults),
             "latency_ms": str(low) if low == high else f"{low}-{high}",
             "rpm": self.rpm,
+            "itpm": self.itpm,
+            "otpm": self.otpm,
+            "rate_window_seconds": self.rate_window_seconds,
         }
+
+    def describe_limits(self) -> str:
+        per = f"per {self.rate_window_seconds:g} s"
+        limits = [
+            f"{value} {name} {per}"
+            for name, value in (
+                ("requests", self.rpm),
+                ("input tokens", self.itpm),
+                ("output tokens", self.otpm),
+            )
+            if value is not None
+        ]
+        return ", ".join(limits) or "none"
 
     def faults_text(self) -> str:
         return ",".join(f"{code}:{rate:g}" for code, rate in self.faults) or "none"
@@ -182,17 +227,69 @@ class Config:
 @dataclass(frozen=True)
 class RateDecision:
     allowed: bool
-    limit: int
+    limit: int | None
+    """The requests limit; None when only token limits are set."""
     remaining: int
     reset: str
     retry_after: int
+    token_headers: tuple[tuple[str, str], ...] = ()
+    slots: tuple[tuple[str, _TokenSlot], ...] = ()
+    """("input" | "output", entry) this request holds in the token windows (settled later)."""
 
     def headers(self) -> list[tuple[str, str]]:
-        return [
-            ("anthropic-ratelimit-requests-limit", str(self.limit)),
-            ("anthropic-ratelimit-requests-remaining", str(self.remaining)),
-            ("anthropic-ratelimit-requests-reset", self.reset),
-        ]
+        requests = []
+        if self.limit is not None:
+            requests = [
+                ("anthropic-ratelimit-requests-limit", str(self.limit)),
+                ("anthropic-ratelimit-requests-remaining", str(self.remaining)),
+                ("anthropic-ratelimit-requests-reset", self.reset),
+            ]
+        return [*requests, *self.token_headers]
+
+
+class _TokenSlot:
+    """One request's tokens in a token window; corrected to the real count after the answer."""
+
+    __slots__ = ("at", "live", "owner", "tokens")
+
+    def __init__(self, at: float, tokens: int, owner: _TokenWindow) -> None:
+        self.at, self.tokens, self.owner, self.live = at, tokens, owner, True
+
+
+class _TokenWindow:
+    """Tokens admitted in the last ``seconds``: a sliding window with a running sum."""
+
+    def __init__(self) -> None:
+        self.slots: deque[_TokenSlot] = deque()
+        self.used = 0
+
+    def trim(self, now: float, seconds: float) -> None:
+        while self.slots and self.slots[0].at <= now - seconds:
+            slot = self.slots.popleft()
+            slot.live = False
+            self.used -= slot.tokens
+
+    def wait_for(self, tokens: int, limit: int, now: float, seconds: float) -> float:
+        """Seconds until ``tokens`` more fit under ``limit`` as the oldest entries leave."""
+        excess, freed = self.used + tokens - limit, 0
+        for slot in self.slots:
+            freed += slot.tokens
+            if freed >= excess:
+                return slot.at + seconds - now
+        return seconds
+
+    def admit(self, at: float, tokens: int) -> _TokenSlot:
+        slot = _TokenSlot(at, tokens, self)
+        self.slots.append(slot)
+        self.used += tokens
+        return slot
+
+    def settle(self, slot: _TokenSlot, tokens: int) -> None:
+        # A slot that already left the window (or belongs to one from before a reset) no longer
+        # counts here.
+        if slot.live and slot.owner is self:
+            self.used += tokens - slot.tokens
+        slot.tokens = tokens
 
 
 _TOKEN_FIELDS = (
@@ -204,7 +301,7 @@ _TOKEN_FIELDS = (
 
 
 class FakeProviderState:
-    """Configuration, counters, prompt-cache memory and the rpm window of one fake provider."""
+    """Configuration, counters, prompt-cache memory and the rate windows of one fake provider."""
 
     def __init__(
         self,
@@ -212,11 +309,21 @@ class FakeProviderState:
         faults: Mapping[str, Any] | Iterable[tuple[str, Any]] = (),
         latency_ms: Any = 0,
         rpm: Any = None,
+        itpm: Any = None,
+        otpm: Any = None,
+        rate_window_seconds: Any = WINDOW_SECONDS,
         seed: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        self.start_config = Config(parse_faults(faults), parse_latency(latency_ms), parse_rpm(rpm))
+        self.start_config = Config(
+            parse_faults(faults),
+            parse_latency(latency_ms),
+            parse_rpm(rpm),
+            parse_rpm(itpm),
+            parse_rpm(otpm),
+            parse_rate_window(rate_window_seconds),
+        )
         self.seed = seed
         self._clock = clock
         self._wall = wall_clock
@@ -234,6 +341,8 @@ class FakeProviderState:
         self._override_until: float | None = None
         self.rng = random.Random(self.seed)
         self._window: deque[float] = deque()
+        self._input_window = _TokenWindow()
+        self._output_window = _TokenWindow()
         self._cache: dict[tuple[str, str], float] = {}
         self.requests = 0
         self.by_status: dict[str, int] = {}
@@ -288,26 +397,87 @@ class FakeProviderState:
 
     # --- rate limit -----------------------------------------------------------------------------
 
-    def take_rate_slot(self) -> RateDecision | None:
-        """None without an rpm limit; otherwise admits the request into the 60 s window or not."""
-        rpm = self.config.rpm
-        if rpm is None:
+    def take_rate_slot(self, input_tokens: int = 0, max_tokens: int = 0) -> RateDecision | None:
+        """None without any limit; otherwise admits the request into every window, or none."""
+        config = self.config
+        rpm, itpm, otpm = config.rpm, config.itpm, config.otpm
+        if rpm is None and itpm is None and otpm is None:
             return None
+        seconds = config.rate_window_seconds
         now, wall = self._clock(), self._wall()
         window = self._window
-        while window and window[0] <= now - WINDOW_SECONDS:
+        while window and window[0] <= now - seconds:
             window.popleft()
-        allowed = len(window) < rpm
+        self._input_window.trim(now, seconds)
+        self._output_window.trim(now, seconds)
+        # A request larger than a whole limit is admitted on an empty window (as it could never
+        # be otherwise); the provider would refuse it as too large, not as rate limited.
+        tokens = [
+            ("input", self._input_window, itpm, min(input_tokens, itpm or 0)),
+            ("output", self._output_window, otpm, min(max_tokens, otpm or 0)),
+        ]
+        waits = []
+        if rpm is not None and len(window) >= rpm:
+            waits.append(window[len(window) - rpm] + seconds - now)
+        for _, token_window, limit, cost in tokens:
+            if limit is not None and token_window.used + cost > limit:
+                waits.append(token_window.wait_for(cost, limit, now, seconds))
+        allowed = not waits
+        slots: list[tuple[str, _TokenSlot]] = []
         if allowed:
-            window.append(now)
-        # reset: when the window is fully replenished (as Anthropic documents the header).
-        reset = format_rfc3339(wall + (window[-1] + WINDOW_SECONDS - now if window else 0.0))
-        if allowed:
-            retry_after = 0
-        else:
-            oldest = window[len(window) - rpm]  # the slot that frees first for this limit
-            retry_after = max(1, math.ceil(oldest + WINDOW_SECONDS - now))
-        return RateDecision(allowed, rpm, max(0, rpm - len(window)), reset, retry_after)
+            if rpm is not None:
+                window.append(now)
+            for kind, token_window, limit, cost in tokens:
+                if limit is not None:
+                    slots.append((kind, token_window.admit(now, cost)))
+
+        def reset_of(last: float | None) -> str:
+            # When the window is fully replenished (as Anthropic documents the header).
+            return format_rfc3339(wall + (last + seconds - now if last is not None else 0.0))
+
+        token_headers: list[tuple[str, str]] = []
+        for kind, token_window, limit in (
+            ("input-tokens", self._input_window, itpm),
+            ("output-tokens", self._output_window, otpm),
+        ):
+            if limit is not None:
+                last = token_window.slots[-1].at if token_window.slots else None
+                left = max(0, limit - token_window.used)
+                token_headers += [
+                    (f"anthropic-ratelimit-{kind}-limit", str(limit)),
+                    (f"anthropic-ratelimit-{kind}-remaining", str(left)),
+                    (f"anthropic-ratelimit-{kind}-reset", reset_of(last)),
+                ]
+        if itpm is not None and otpm is not None:
+            lasts = [w.slots[-1].at for w in (self._input_window, self._output_window) if w.slots]
+            used = self._input_window.used + self._output_window.used
+            token_headers += [
+                ("anthropic-ratelimit-tokens-limit", str(itpm + otpm)),
+                ("anthropic-ratelimit-tokens-remaining", str(max(0, itpm + otpm - used))),
+                ("anthropic-ratelimit-tokens-reset", reset_of(max(lasts) if lasts else None)),
+            ]
+        return RateDecision(
+            allowed,
+            rpm,
+            max(0, rpm - len(window)) if rpm is not None else 0,
+            reset_of(window[-1] if window else None),
+            0 if allowed else max(1, math.ceil(max(waits))),
+            tuple(token_headers),
+            tuple(slots),
+        )
+
+    def settle_tokens(self, decision: RateDecision | None, usage: Mapping[str, Any]) -> None:
+        """Correct an admitted request's token entries to what its answer used: input tokens
+        that were not cache reads, and the output tokens produced."""
+        if decision is None:
+            return
+        for kind, slot in decision.slots:
+            if kind == "input":
+                self._input_window.settle(
+                    slot, usage["input_tokens"] + usage["cache_creation_input_tokens"]
+                )
+            else:
+                self._output_window.settle(slot, usage["output_tokens"])
 
     def injected_rate_headers(self) -> RateDecision:
         """Headers for an injected 429 fault: retry after 1 s."""

@@ -42,6 +42,13 @@ from ledger.models import CostEntry
 from ledger.services import AttemptRecord, job_upper_bound_cost
 from llmops.logs import bind_log_context, log_context
 from llmops.queues import LLM_QUEUE, job_lock_key
+from ratelimits.services import (
+    RateLimitGrant,
+    rate_limit_acquire,
+    rate_limit_release,
+    rate_limit_sent,
+    rate_limit_settle,
+)
 
 __all__ = ["failure_from_outcome", "job_run"]
 
@@ -183,29 +190,46 @@ def _concurrency_slot(job: LlmJob) -> Iterator[bool]:
 def _start(waiting: LlmJob, *, attempt: int, rq_job_id: str | None, gate: str, lock: Any) -> str:
     """Reserve, claim and run one attempt of a job that may start now."""
     job_id = str(waiting.id)
+    # A slot of the shared rate limiter first (ratelimits/): a job that would wait longer than
+    # a moment goes back on the queue until its slot, using no attempt and making no call.
+    grant = rate_limit_acquire(job=waiting, attempt=attempt)
+    if grant.hold_seconds is not None:
+        job_hold(
+            job_id=waiting.id,
+            rq_job_id=rq_job_id,
+            delay_seconds=grant.hold_seconds,
+            reason=f"rate limit ({grant.reason})",
+        )
+        return "rate_limited"
     # The attempt's worst case is reserved against every budget before the claim: a job that
     # does not fit uses no attempt and makes no call.
     refusal = budget_reserve(job=waiting, attempt=attempt, amount=job_upper_bound_cost(job=waiting))
     if refusal is not None:
+        rate_limit_release(grant)
         job_budget_refused(job_id=waiting.id, rq_job_id=rq_job_id, refusal=refusal)
         logger.info("job %s: budget %s (%s)", job_id, refusal.action, refusal.message)
         return f"budget_{refusal.action}"
     job = job_claim(job_id=job_id, rq_job_id=rq_job_id)
     if job is None or job.attempts != attempt:
         budget_release(job=waiting, attempt=attempt)
+        rate_limit_release(grant)
         logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
         return "skipped"
-    return _attempt(job, probe=gate == "probe", lock=lock)
+    return _attempt(job, probe=gate == "probe", lock=lock, grant=grant)
 
 
-def _attempt(job: LlmJob, *, probe: bool, lock: Any) -> str:
+def _attempt(job: LlmJob, *, probe: bool, lock: Any, grant: RateLimitGrant | None = None) -> str:
     try:
         with _Heartbeat(job.id, lock, job.concurrency_key):
+            if grant is not None:
+                rate_limit_sent(grant)
             outcome = provider.call_messages(
                 body=job.provider_request(),
                 job_id=str(job.id),
                 read_timeout=read_timeout_for(job.max_tokens),
             )
+        if grant is not None:
+            rate_limit_settle(grant, outcome)
         bind_log_context(provider_request_id=outcome.request_id)
         if outcome.kind == "success":
             _persist(

@@ -51,6 +51,7 @@ from ledger.services import (
 )
 from llmops.errors import Conflict, ValidationFailed
 from llmops.queues import LLM_QUEUE, RUN_LLM_JOB_TASK
+from ratelimits.config import is_priority_feature
 
 __all__ = [
     "AttemptFailure",
@@ -99,18 +100,24 @@ def job_enqueue(*, job: LlmJob, delay_seconds: float | None = None) -> None:
 
     Redis being down never fails the caller: the row is committed, its RQ job is missing, and
     the reconciler enqueues it again once Redis answers (the database is the source of truth).
+
+    A job of an ``LLM_PRIORITY_FEATURES`` feature goes to the front of the queue (when it is
+    due, for a delayed one): the llm queue is first in, first out, and an interactive job must
+    not wait behind a batch of thousands (ratelimits/ then shares the limits by weight).
     """
     rq_job_id = uuid.uuid4().hex
     now = timezone.now()
     LlmJob.objects.filter(id=job.id).update(rq_job_id=rq_job_id, enqueued_at=now)
     job.rq_job_id, job.enqueued_at = rq_job_id, now
     job_id, timeout = str(job.id), job_timeout_for(job.max_tokens)
+    at_front = is_priority_feature(job.feature)
 
     def push() -> None:
         options: dict[str, Any] = {
             "job_id": rq_job_id,
             "job_timeout": timeout,
             "description": f"llm job {job_id}",
+            "at_front": at_front,
         }
         try:
             queue = django_rq.get_queue(LLM_QUEUE)

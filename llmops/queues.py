@@ -23,6 +23,9 @@ __all__ = [
     "concurrency_key_slots_key",
     "job_lock_key",
     "loop_pass_key",
+    "rate_limit_key",
+    "rate_limit_key_pattern",
+    "rate_limit_scope_of",
 ]
 
 LLM_QUEUE = "llm"
@@ -53,6 +56,27 @@ def concurrency_key_slots_key(concurrency_key: str) -> str:
     Hashed: the key is the caller's text, of any length and alphabet."""
     digest = hashlib.sha256(concurrency_key.encode()).hexdigest()
     return f"{KEY_PREFIX}concurrency:{digest}"
+
+
+def rate_limit_key(provider: str, model: str, part: str) -> str:
+    """One part (window, usage, learned, pause...) of the shared rate limiter of a provider and
+    model (ratelimits/limiter.py). The braces are a Redis Cluster hash tag: every key of one
+    limiter lands in one slot, as its Lua scripts need."""
+    return f"{KEY_PREFIX}ratelimit:{{{provider}/{model}}}:{part}"
+
+
+def rate_limit_key_pattern(part: str) -> str:
+    """A SCAN pattern matching that part of every provider's and model's limiter."""
+    return f"{KEY_PREFIX}ratelimit:{{*}}:{part}"
+
+
+def rate_limit_scope_of(key: str) -> tuple[str, str] | None:
+    """(provider, model) of a key made by ``rate_limit_key``; None for any other key."""
+    head = f"{KEY_PREFIX}ratelimit:{{"
+    if not key.startswith(head) or "}:" not in key:
+        return None
+    provider, _, model = key[len(head) : key.rindex("}:")].partition("/")
+    return (provider, model) if provider and model else None
 
 
 def loop_pass_key(name: str) -> str:

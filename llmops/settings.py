@@ -17,6 +17,9 @@ from django.core.exceptions import ImproperlyConfigured
 from alerts import targets as alert_targets
 from llmops.queues import ALERTS_QUEUE, DEFAULT_QUEUE, KEY_PREFIX, LLM_QUEUE
 
+# Pure (no models): the rate-limit settings' parsers.
+from ratelimits import conf as rate_limit_conf
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -183,6 +186,7 @@ INSTALLED_APPS = [
     "alerts",
     "fake_provider",
     "ops",
+    "ratelimits",
 ]
 
 MIDDLEWARE = [
@@ -354,6 +358,51 @@ being fixed. A failed probe dead-letters only its own job (its alert folds into 
 LLM_OVERDUE_RETRY_ALERT_SECONDS = envfloat("LLM_OVERDUE_RETRY_ALERT_SECONDS", 120.0, minimum=0.0)
 """A WARNING when a retrying job's next attempt is this many seconds overdue: no scheduler runs,
 or the llm workers are far behind."""
+
+# --- Rate limits (ratelimits/) ----------------------------------------------------------------
+
+LLM_RATE_LIMIT_ENABLED = envbool("LLM_RATE_LIMIT_ENABLED", "True")
+"""The shared rate limiter decides when each provider call may start (ratelimits/). Off: calls
+start at once and a 429 is only the retry policy's business."""
+LLM_RATE_LIMITS = rate_limit_conf.rate_limits_from_env("LLM_RATE_LIMITS")
+"""Configured limits per model id (or "*"), e.g. {"claude-sonnet-4-6": {"rpm": 4000,
+"input_tpm": 2000000, "output_tpm": 400000}}. Admin rows win over these; the provider's own
+limits, learned from its headers, cap both. Empty: the learned limits alone."""
+LLM_RATE_LIMIT_MAX_WAIT_SECONDS = envfloat("LLM_RATE_LIMIT_MAX_WAIT_SECONDS", 0.99, minimum=0.0)
+"""A worker waits in process at most this long for a slot; a job facing a longer wait goes back
+on the queue until its slot (job_hold: no attempt used). Just under a second: the shortest
+pause the provider asks for (retry-after: 1, in whole seconds) has always begun to run by the
+time another worker asks, so it is waited out in process, not through the queue."""
+LLM_RATE_LIMIT_WINDOW_SECONDS = envfloat("LLM_RATE_LIMIT_WINDOW_SECONDS", 60.0, minimum=0.1)
+"""The window the provider's per-minute limits apply to; shorter only to compress time in tests
+(with the fake provider's rate_window_seconds to match)."""
+LLM_RATE_LIMIT_MARGIN_SECONDS = envfloat("LLM_RATE_LIMIT_MARGIN_SECONDS", 0.25, minimum=0.0)
+"""A call counts this much longer than the window: the time between our send and the provider's
+arrival stamp varies by some milliseconds, and a call must not leave our window before it
+leaves the provider's (0.25 s of 60 costs 0.4 % of the limit)."""
+LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY = envint("LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY", 4, minimum=1)
+"""With nothing configured and no answer seen yet for a model, at most this many calls are in
+flight: the first answers carry the provider's limits."""
+LLM_RATE_LIMIT_LEARNED_TTL_SECONDS = envfloat(
+    "LLM_RATE_LIMIT_LEARNED_TTL_SECONDS", 3600.0, minimum=60.0
+)
+"""Learned limits are forgotten this long after the last answer that carried them."""
+LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS = envfloat(
+    "LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS", 5.0, minimum=0.0
+)
+"""Each process reads the admin's rate-limit rows this often: an edit applies within it."""
+LLM_FEATURE_WEIGHTS = rate_limit_conf.feature_weights_from_env("LLM_FEATURE_WEIGHTS")
+"""Shares of each limit between features that want calls at the same time, e.g.
+{"email-classify": 4, "summarize": 1}; features not named weigh 1. Work-conserving: a feature
+with nothing waiting leaves its share to the others."""
+LLM_PRIORITY_FEATURES = rate_limit_conf.priority_features_from_env("LLM_PRIORITY_FEATURES")
+"""Comma-separated features whose jobs go to the front of the llm queue (interactive work that
+must not wait behind a batch), e.g. email-classify,chat."""
+LLM_USER_FAIR_SHARE = envbool("LLM_USER_FAIR_SHARE", "True")
+"""Users that want calls at the same time share each limit equally, work-conserving: one user
+alone (a single-user install) still gets the whole limit."""
+LLM_USER_MAX_SHARE = rate_limit_conf.share_from_env("LLM_USER_MAX_SHARE", 1.0)
+"""A hard cap: no user ever takes more than this fraction of a limit, even alone (1: no cap)."""
 
 # --- Budgets ----------------------------------------------------------------------------------
 

@@ -226,6 +226,9 @@ def test_a_refused_connection_is_retried_and_costs_nothing(alice_client, workers
 
 def test_retry_after_from_the_provider_is_honoured(alice_client, workers, fake_provider, settings):
     settings.LLM_RETRY_DELAY_SCALE = 0.001
+    # The retry policy alone: the shared rate limiter would learn rpm=1 from the first answer
+    # and hold the second job instead of sending it (tests/ratelimits/).
+    settings.LLM_RATE_LIMIT_ENABLED = False
     fake_provider.faults({}, rpm=1)
     first = submit(alice_client)
     second = submit(alice_client)

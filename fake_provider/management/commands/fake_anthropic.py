@@ -1,7 +1,7 @@
 """Serve the fake Anthropic Messages API (the fake_provider app) with uvicorn.
 
     python manage.py fake_anthropic --port 8787 --latency-ms 20-400 --rpm 120 \\
-        --fault 529:0.2 --fault drop:0.05 --seed 7
+        --itpm 30000 --otpm 8000 --fault 529:0.2 --fault drop:0.05 --seed 7
 """
 
 from typing import Any
@@ -9,7 +9,13 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from fake_provider import FakeProviderState, build_server, create_app
-from fake_provider.state import FAULT_CODES, parse_fault, parse_latency, parse_rpm
+from fake_provider.state import (
+    FAULT_CODES,
+    parse_fault,
+    parse_latency,
+    parse_rate_window,
+    parse_rpm,
+)
 
 
 class Command(BaseCommand):
@@ -32,6 +38,24 @@ class Command(BaseCommand):
             "--rpm",
             default=None,
             help="Requests per sliding 60 s window; over it: 429 (default: none).",
+        )
+        parser.add_argument(
+            "--itpm",
+            default=None,
+            help="Input tokens (not cache reads) per sliding 60 s window; over it: 429 "
+            "(default: none).",
+        )
+        parser.add_argument(
+            "--otpm",
+            default=None,
+            help="Output tokens per sliding 60 s window, max_tokens counted until the answer; "
+            "over it: 429 (default: none).",
+        )
+        parser.add_argument(
+            "--rate-window-seconds",
+            default="60",
+            help="Length of the rate-limit window in seconds (default 60; shorter compresses "
+            "time in tests).",
         )
         parser.add_argument(
             "--fault",
@@ -59,18 +83,34 @@ class Command(BaseCommand):
             latency = parse_latency(options["latency_ms"])
         except ValueError as exc:
             raise CommandError(f"--latency-ms: {exc}") from None
+        limits: dict[str, int | None] = {}
+        for name in ("rpm", "itpm", "otpm"):
+            try:
+                limits[name] = parse_rpm(options[name])
+            except ValueError as exc:
+                raise CommandError(f"--{name}: {exc}") from None
+            if options[name] is not None and limits[name] is None:
+                raise CommandError(
+                    f"--{name} must be a positive integer (leave it out for no limit)"
+                )
         try:
-            rpm = parse_rpm(options["rpm"])
+            window = parse_rate_window(options["rate_window_seconds"])
         except ValueError as exc:
-            raise CommandError(f"--rpm: {exc}") from None
-        if options["rpm"] is not None and rpm is None:
-            raise CommandError("--rpm must be a positive integer (leave it out for no limit)")
+            raise CommandError(f"--rate-window-seconds: {exc}") from None
         try:
             faults = [parse_fault(spec) for spec in options["fault"]]
         except ValueError as exc:
             raise CommandError(f"--fault: {exc}") from None
 
-        state = FakeProviderState(faults=faults, latency_ms=latency, rpm=rpm, seed=seed)
+        state = FakeProviderState(
+            faults=faults,
+            latency_ms=latency,
+            rpm=limits["rpm"],
+            itpm=limits["itpm"],
+            otpm=limits["otpm"],
+            rate_window_seconds=window,
+            seed=seed,
+        )
         server = build_server(create_app(state), host=host, port=port)
         config = state.start_config
 
@@ -79,6 +119,11 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"fake anthropic provider listening on http://{shown_host}:{srv.bound_port} "
                 f"(rpm={config.rpm or 'none'}, faults={config.faults_text()})"
+                + (
+                    f" (itpm={config.itpm or 'none'}, otpm={config.otpm or 'none'})"
+                    if config.itpm or config.otpm
+                    else ""
+                )
             )
             self.stdout.flush()
 

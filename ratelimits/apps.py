@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class RatelimitsConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "ratelimits"
+    verbose_name = "Rate limits"

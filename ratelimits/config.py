@@ -1,0 +1,109 @@
+"""The configured side of the limits: staff's admin rows, then the LLM_RATE_LIMITS setting.
+
+Precedence, field by field (rpm, input_tpm, output_tpm): an enabled admin row for the model, an
+enabled admin row for ``*``, ``LLM_RATE_LIMITS[model]``, ``LLM_RATE_LIMITS["*"]``. What the
+provider reports in its headers is the other side (learned, kept in Redis by the limiter): the
+limit that applies is the smaller of the configured and the learned one, and either alone when
+only one is known. A configured limit can therefore hold the workers below the provider's (a key
+shared with another application), never push them above it.
+
+Admin rows are read once per ``LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS`` per process (one query for
+all rows, shared by every thread), so an edit reaches every worker within that time.
+"""
+
+import threading
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from ratelimits.conf import LIMIT_FIELDS, WILDCARD
+from ratelimits.models import RateLimit
+
+__all__ = [
+    "ConfiguredLimits",
+    "config_cache_clear",
+    "configured_limits",
+    "feature_weight",
+    "is_priority_feature",
+]
+
+
+@dataclass(frozen=True)
+class ConfiguredLimits:
+    rpm: int | None = None
+    input_tpm: int | None = None
+    output_tpm: int | None = None
+    sources: tuple[tuple[str, str], ...] = ()
+    """(field, where it was set): "admin anthropic/claude-sonnet-4-6", "LLM_RATE_LIMITS[*]"."""
+
+    @property
+    def any(self) -> bool:
+        return any(getattr(self, field) is not None for field in LIMIT_FIELDS)
+
+    def source_of(self, field: str) -> str:
+        return dict(self.sources).get(field, "")
+
+
+_lock = threading.Lock()
+_rows: dict[tuple[str, str], RateLimit] = {}
+_rows_read_at: float | None = None
+
+
+def config_cache_clear() -> None:
+    """Forget the admin rows read by this process (the admin calls it after an edit)."""
+    global _rows_read_at
+    with _lock:
+        _rows_read_at = None
+
+
+def _admin_rows() -> dict[tuple[str, str], RateLimit]:
+    global _rows, _rows_read_at
+    with _lock:
+        now = time.monotonic()
+        if _rows_read_at is not None and (
+            now - _rows_read_at < settings.LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS
+        ):
+            return _rows
+        _rows = {(r.provider, r.model): r for r in RateLimit.objects.filter(enabled=True)}
+        _rows_read_at = now
+        return _rows
+
+
+def configured_limits(*, provider: str, model: str) -> ConfiguredLimits:
+    rows = _admin_rows()
+    configured = settings.LLM_RATE_LIMITS
+    candidates: list[tuple[str, dict[str, int | None]]] = []
+    for key in (model, WILDCARD):
+        row = rows.get((provider, key))
+        if row is not None:
+            row_values = {field: getattr(row, field) for field in LIMIT_FIELDS}
+            candidates.append((f"admin {provider}/{key}", row_values))
+    for key in (model, WILDCARD):
+        if key in configured:
+            candidates.append((f"LLM_RATE_LIMITS[{key}]", dict(configured[key])))
+    values: dict[str, int | None] = dict.fromkeys(LIMIT_FIELDS)
+    sources: list[tuple[str, str]] = []
+    for field in LIMIT_FIELDS:
+        for source, fields in candidates:
+            if fields.get(field) is not None:
+                values[field] = fields[field]
+                sources.append((field, source))
+                break
+    return ConfiguredLimits(
+        rpm=values["rpm"],
+        input_tpm=values["input_tpm"],
+        output_tpm=values["output_tpm"],
+        sources=tuple(sources),
+    )
+
+
+def feature_weight(feature: str) -> float:
+    """A feature's share of each limit, relative to the other features that want calls at the
+    same moment (LLM_FEATURE_WEIGHTS; features not named weigh 1)."""
+    return float(settings.LLM_FEATURE_WEIGHTS.get(feature, 1.0))
+
+
+def is_priority_feature(feature: str) -> bool:
+    """Whether the feature's jobs go to the front of the llm queue (LLM_PRIORITY_FEATURES)."""
+    return feature in settings.LLM_PRIORITY_FEATURES

@@ -1,0 +1,200 @@
+"""The shared limiter in Redis: one sliding window per provider and model, three Lua scripts.
+
+Every worker thread of every process on every host reserves against the same keys
+(``llmops.queues.rate_limit_key``) in one atomic script, on Redis' clock:
+
+- ``reserve.lua``: a call takes 1 request, its input-token bound and its ``max_tokens`` in a
+  sliding window (``LLM_RATE_LIMIT_WINDOW_SECONDS`` + margin) if all three fit under their
+  limits, less what is held back for other features' and users' waiting calls; otherwise it
+  says how long until they would fit (or the shared pause ends): wait that long in process, or
+  be held and come back at a slot of the feature's line.
+- ``sent.lua``: just before the request leaves, its reservation is stamped again with the time
+  it really leaves.
+- ``settle.lua``: after the answer, the reservation becomes what the call used, the provider's
+  ``anthropic-ratelimit-*`` headers are learned, and a 429 sets the pause every worker obeys.
+
+A sliding window of N calls per 60 s never sends more than a provider's token bucket of the same
+size admits (its capacity N refills at N per minute), nor more than a sliding window does: it is
+safe against either kind of provider limit.
+"""
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import django_rq
+from django.conf import settings
+from redis import Redis
+from redis.commands.core import Script
+
+from llmops.queues import LLM_QUEUE, rate_limit_key
+
+__all__ = [
+    "KEY_PARTS",
+    "Verdict",
+    "limiter_keys",
+    "limiter_mark_sent",
+    "limiter_reserve",
+    "limiter_settle",
+    "redis_client",
+]
+
+KEY_PARTS = (
+    "window",
+    "entries",
+    "usage",
+    "waiting",
+    "waitentries",
+    "waitsum",
+    "learned",
+    "pause",
+    "holds",
+)
+"""The keys of one provider's and model's limiter, in the order reserve.lua takes them."""
+
+IDLE_KEY_SECONDS = 3600
+"""An idle limiter's keys (the window, what waits, the feature lines) expire after an hour; the
+learned limits live ``LLM_RATE_LIMIT_LEARNED_TTL_SECONDS`` from the last answer."""
+
+_LUA = Path(__file__).resolve().parent / "lua"
+
+
+@cache
+def _script(name: str) -> Script:
+    # A Script only computes its SHA here; each call names the client it runs on, and falls
+    # back from EVALSHA to EVAL when Redis has lost its script cache (a restart, a flush).
+    return Script(None, (_LUA / f"{name}.lua").read_bytes())  # type: ignore[arg-type]
+
+
+_client_lock = threading.Lock()
+_clients: dict[int, Redis] = {}
+
+
+def redis_client() -> Redis:
+    """One client (a thread-safe connection pool) per process for every limiter call: a new
+    pool per call would open a new connection per call. A forked child builds its own."""
+    pid = os.getpid()
+    client = _clients.get(pid)
+    if client is None:
+        with _client_lock:
+            client = _clients.get(pid)
+            if client is None:
+                _clients.clear()
+                client = _clients[pid] = django_rq.get_connection(LLM_QUEUE)
+    return client
+
+
+def limiter_keys(provider: str, model: str) -> list[str]:
+    return [rate_limit_key(provider, model, part) for part in KEY_PARTS]
+
+
+def _window_ms() -> int:
+    return int(
+        (settings.LLM_RATE_LIMIT_WINDOW_SECONDS + settings.LLM_RATE_LIMIT_MARGIN_SECONDS) * 1000
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: int
+    """1 admitted, 0 wait ``ms`` in process and ask again, 2 hold the job ``ms``."""
+    ms: int
+    reason: str
+    """admitted, requests, input_tokens, output_tokens, tokens, share, user_max_share,
+    learning (nothing known yet: a few calls find the limits out) or paused (after a 429)."""
+
+    @property
+    def admitted(self) -> bool:
+        return self.status == 1
+
+
+def _limit(value: int | None) -> int:
+    return -1 if value is None else value
+
+
+def limiter_reserve(
+    *,
+    provider: str,
+    model: str,
+    reservation_id: str,
+    job_id: str,
+    feature: str,
+    user: str,
+    input_tokens: int,
+    output_tokens: int,
+    rpm: int | None,
+    input_tpm: int | None,
+    output_tpm: int | None,
+    weights: dict[str, float],
+    max_wait_ms: int,
+) -> Verdict:
+    status, ms, reason = _script("reserve")(
+        keys=limiter_keys(provider, model),
+        args=[
+            reservation_id,
+            job_id,
+            feature,
+            user,
+            max(0, input_tokens),
+            max(0, output_tokens),
+            _limit(rpm),
+            _limit(input_tpm),
+            _limit(output_tpm),
+            _window_ms(),
+            json.dumps(weights),
+            1 if settings.LLM_USER_FAIR_SHARE else 0,
+            repr(settings.LLM_USER_MAX_SHARE),
+            settings.LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY,
+            max(0, max_wait_ms),
+            IDLE_KEY_SECONDS * 1000,
+        ],
+        client=redis_client(),
+    )
+    return Verdict(int(status), int(ms), reason.decode() if isinstance(reason, bytes) else reason)
+
+
+def limiter_mark_sent(*, provider: str, model: str, reservation_id: str) -> None:
+    _script("sent")(
+        keys=[rate_limit_key(provider, model, "window")],
+        args=[reservation_id],
+        client=redis_client(),
+    )
+
+
+def limiter_settle(
+    *,
+    provider: str,
+    model: str,
+    reservation_id: str,
+    requests: int = 1,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    learned: dict[str, tuple[int, int, int]] | None = None,
+    pause_seconds: float = 0.0,
+    mode: str = "settle",
+) -> None:
+    """Set a reservation to what the call used (``mode`` settle), leave it as reserved (keep:
+    the outcome is unknown) or take it away (drop: the call never left); learn ``learned``
+    ({kind: (limit, remaining, reset epoch ms)}; None: nothing to learn), and pause every worker
+    ``pause_seconds``."""
+    assert mode in ("settle", "keep", "drop")
+    keys = limiter_keys(provider, model)
+    args: list[Any] = [
+        reservation_id,
+        requests,
+        max(0, input_tokens),
+        max(0, output_tokens),
+        "" if learned is None else json.dumps({k: list(v) for k, v in learned.items()}),
+        int(settings.LLM_RATE_LIMIT_LEARNED_TTL_SECONDS * 1000),
+        int(pause_seconds * 1000),
+        _window_ms(),
+        IDLE_KEY_SECONDS * 1000,
+        mode,
+    ]
+    _script("settle")(
+        keys=[keys[0], keys[1], keys[2], keys[6], keys[7]], args=args, client=redis_client()
+    )

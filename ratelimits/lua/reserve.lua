@@ -1,0 +1,306 @@
+-- Reserve one call (1 request, its input-token bound, its max_tokens) in the shared sliding
+-- window of one provider and model, or say how long to wait. Atomic: every worker thread of
+-- every process on every host runs this against the same keys, with Redis' own clock.
+--
+-- KEYS  1 window (zset: reservation id -> ms)      2 entries (hash: id -> "req in out f u open")
+--       3 usage (hash: sums in the window)          4 waiting (zset: job id -> counts until ms)
+--       5 waitentries (hash: job id -> "req in out f u kind")
+--       6 waitsum (hash: sums of what waits)        7 learned (hash: the provider's headers)
+--       8 pause (string: ms until which no call starts)
+--       9 holds (hash: feature -> ms of the next return slot)
+-- ARGV  1 reservation id  2 job id  3 feature  4 user  5 input tokens  6 output tokens
+--       7 8 9 configured requests / input / output limit (-1: none)
+--       10 window ms  11 feature weights (JSON object)  12 user fair share (1/0)
+--       13 user max share (0 < s <= 1)  14 calls in flight while nothing is known
+--       15 ms this call may still wait in process  16 ms an idle limiter's keys live
+-- Returns {status, ms, reason}: 1 admitted; 0 wait ms in process then ask again; 2 hold: come
+-- back in ms (a job held before keeps its place; a new one queues behind its feature's line).
+
+local DIMS = {'req', 'in', 'out'}
+local NAMES = {req = 'requests', ['in'] = 'input_tokens', out = 'output_tokens', tok = 'tokens'}
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local id, job, feature, user = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local window_ms = tonumber(ARGV[10])
+local max_wait = tonumber(ARGV[15])
+
+local function int(x)
+  return string.format('%d', math.floor(x))
+end
+
+local function parse(raw)
+  local f = {}
+  for w in string.gmatch(raw, '%S+') do f[#f + 1] = w end
+  return {req = tonumber(f[1]), ['in'] = tonumber(f[2]), out = tonumber(f[3]),
+          feature = f[4], user = f[5], flag = f[6]}
+end
+
+local function bump(key, field, by)
+  if by ~= 0 and redis.call('HINCRBY', key, field, by) == 0 then
+    redis.call('HDEL', key, field)
+  end
+end
+
+-- Add (sign 1) or take away (sign -1) an entry's amounts: totals, its feature's, its user's.
+local function account(key, e, sign)
+  for _, d in ipairs(DIMS) do
+    local v = e[d] * sign
+    if v ~= 0 then
+      redis.call('HINCRBY', key, d, v)
+      if e.feature ~= '-' then bump(key, 'f|' .. e.feature .. '|' .. d, v) end
+      if e.user ~= '-' then bump(key, 'u|' .. e.user .. '|' .. d, v) end
+    end
+  end
+end
+
+-- Calls older than the window no longer count.
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window_ms, 'LIMIT', 0, 1000)
+for _, old in ipairs(expired) do
+  local raw = redis.call('HGET', KEYS[2], old)
+  if raw then
+    local e = parse(raw)
+    account(KEYS[3], e, -1)
+    if e.flag == '1' then redis.call('HINCRBY', KEYS[3], 'open', -1) end
+    redis.call('HDEL', KEYS[2], old)
+  end
+  redis.call('ZREM', KEYS[1], old)
+end
+-- Waiters that did not come back in time no longer hold anything.
+local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 1000)
+for _, old in ipairs(gone) do
+  local raw = redis.call('HGET', KEYS[5], old)
+  if raw then
+    account(KEYS[6], parse(raw), -1)
+    redis.call('HDEL', KEYS[5], old)
+  end
+  redis.call('ZREM', KEYS[4], old)
+end
+
+-- The limit of each dimension: the smaller of the configured and the learned one.
+local learned = redis.call('HMGET', KEYS[7], 'requests_limit', 'input_tokens_limit',
+  'output_tokens_limit', 'tokens_limit', 'seen')
+local configured = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
+local limit = {}
+local any_configured = false
+for i, d in ipairs(DIMS) do
+  local c, l = configured[i], tonumber(learned[i])
+  if c < 0 then c = nil else any_configured = true end
+  if c and l then limit[d] = math.min(c, l) else limit[d] = c or l end
+end
+local tok_limit = tonumber(learned[4])
+local bootstrap = (not any_configured) and (not learned[5])
+
+local uv = redis.call('HMGET', KEYS[3], 'req', 'in', 'out', 'open')
+local used = {req = tonumber(uv[1]) or 0, ['in'] = tonumber(uv[2]) or 0,
+              out = tonumber(uv[3]) or 0}
+local open = tonumber(uv[4]) or 0
+local cost = {req = 1, ['in'] = tonumber(ARGV[5]), out = tonumber(ARGV[6])}
+for _, d in ipairs(DIMS) do
+  -- A call larger than a whole limit could never fit: it runs alone in an empty window.
+  if limit[d] and cost[d] > limit[d] then cost[d] = limit[d] end
+end
+local tok_cost = cost['in'] + cost.out
+if tok_limit and tok_cost > tok_limit then tok_cost = tok_limit end
+
+-- What other features and users are waiting for right now.
+local wf, wu = {}, {}
+local ws = redis.call('HGETALL', KEYS[6])
+for i = 1, #ws, 2 do
+  local kind, name, d = string.match(ws[i], '^([fu])|(.+)|(%a+)$')
+  if kind then
+    local groups = (kind == 'f') and wf or wu
+    groups[name] = groups[name] or {}
+    groups[name][d] = tonumber(ws[i + 1])
+  end
+end
+local weights = cjson.decode(ARGV[11])
+local function feature_weight(name)
+  local w = weights[name]
+  if w == nil then return 1 end
+  return tonumber(w)
+end
+local function one() return 1 end
+
+-- Capacity held back for the waiting calls of other groups, up to each group's unused fair
+-- share of the limit (shares weighted among the groups that want calls now). Work-conserving:
+-- a group with nothing waiting holds nothing back, so its share goes to the others.
+local function held_back(groups, self, prefix, weight_of)
+  local held = {req = 0, ['in'] = 0, out = 0}
+  local total = weight_of(self)
+  for name, _ in pairs(groups) do
+    if name ~= self then total = total + weight_of(name) end
+  end
+  if total <= 0 then return held, total end
+  for name, sums in pairs(groups) do
+    local w = weight_of(name)
+    if name ~= self and w > 0 then
+      local u = redis.call('HMGET', KEYS[3], prefix .. name .. '|req', prefix .. name .. '|in',
+        prefix .. name .. '|out')
+      for i, d in ipairs(DIMS) do
+        local want = sums[d] or 0
+        if limit[d] and want > 0 then
+          local free = limit[d] * w / total - (tonumber(u[i]) or 0)
+          if free > 0 then held[d] = held[d] + math.min(free, want) end
+        end
+      end
+    end
+  end
+  return held, total
+end
+
+local held_f, total_weight = held_back(wf, feature, 'f|', feature_weight)
+local held_u = {req = 0, ['in'] = 0, out = 0}
+if ARGV[12] == '1' then held_u = held_back(wu, user, 'u|', one) end
+
+local reason = nil
+local excess = {}
+for _, d in ipairs(DIMS) do
+  if limit[d] then
+    local held = math.max(held_f[d], held_u[d])
+    local over = used[d] + cost[d] - (limit[d] - held)
+    if over > 0 then
+      excess[d] = over
+      if reason == nil then
+        if used[d] + cost[d] > limit[d] then reason = NAMES[d] else reason = 'share' end
+      end
+    end
+  end
+end
+if tok_limit then
+  local over = used['in'] + used.out + tok_cost - tok_limit
+  if over > 0 then
+    excess.tok = over
+    reason = reason or 'tokens'
+  end
+end
+local user_max_share = tonumber(ARGV[13])
+local user_excess = {}
+if user_max_share < 1 then
+  local u = redis.call('HMGET', KEYS[3], 'u|' .. user .. '|req', 'u|' .. user .. '|in',
+    'u|' .. user .. '|out')
+  for i, d in ipairs(DIMS) do
+    if limit[d] then
+      local over = (tonumber(u[i]) or 0) + cost[d] - math.floor(limit[d] * user_max_share)
+      if over > 0 then
+        user_excess[d] = over
+        reason = reason or 'user_max_share'
+      end
+    end
+  end
+end
+if bootstrap and open >= tonumber(ARGV[14]) then reason = 'learning' end
+local pause = tonumber(redis.call('GET', KEYS[8]) or '0') or 0
+if pause > now then reason = 'paused' end
+
+local idle_ms = ARGV[16]
+local function keep_alive()
+  for i = 1, 9 do redis.call('PEXPIRE', KEYS[i], idle_ms) end
+end
+
+local function unwait()
+  local raw = redis.call('HGET', KEYS[5], job)
+  if raw then
+    account(KEYS[6], parse(raw), -1)
+    redis.call('HDEL', KEYS[5], job)
+    redis.call('ZREM', KEYS[4], job)
+  end
+end
+
+if reason == nil then
+  if redis.call('HEXISTS', KEYS[2], id) == 0 then
+    redis.call('ZADD', KEYS[1], int(now), id)
+    redis.call('HSET', KEYS[2], id, table.concat({1, int(cost['in']), int(cost.out), feature,
+      user, 1}, ' '))
+    account(KEYS[3], {req = 1, ['in'] = cost['in'], out = cost.out, feature = feature,
+      user = user}, 1)
+    redis.call('HINCRBY', KEYS[3], 'open', 1)
+  end
+  unwait()
+  redis.call('HSETNX', KEYS[3], 'since', int(now))
+  keep_alive()
+  return {1, 0, 'admitted'}
+end
+
+-- Milliseconds until `need` of dimension d has left the window, oldest calls first (only the
+-- given user's calls when `only_user` is set); the whole window when that is not known.
+local function leaves(d, need, only_user)
+  local freed, start = 0, 0
+  while start < 2000 do
+    local batch = redis.call('ZRANGE', KEYS[1], start, start + 199, 'WITHSCORES')
+    if #batch == 0 then break end
+    for i = 1, #batch, 2 do
+      local raw = redis.call('HGET', KEYS[2], batch[i])
+      if raw then
+        local e = parse(raw)
+        if only_user == nil or e.user == only_user then
+          if d == 'tok' then freed = freed + e['in'] + e.out else freed = freed + e[d] end
+          if freed >= need then
+            return math.max(1, tonumber(batch[i + 1]) + window_ms - now)
+          end
+        end
+      end
+    end
+    start = start + 200
+  end
+  return window_ms
+end
+
+-- The time one call of this feature takes of the limits at its fair share: the spacing of the
+-- feature's line of held jobs, so they come back about when there is room for them.
+local share = 1
+if total_weight > 0 then share = math.max(feature_weight(feature) / total_weight, 0.01) end
+local spacing = 10
+for _, d in ipairs(DIMS) do
+  if limit[d] and limit[d] > 0 then
+    spacing = math.max(spacing, window_ms * cost[d] / (limit[d] * share))
+  end
+end
+
+local wait = 0
+if reason == 'paused' then
+  wait = pause - now
+elseif reason == 'learning' then
+  wait = 200
+else
+  for d, over in pairs(excess) do
+    local u = used[d]
+    if d == 'tok' then u = used['in'] + used.out end
+    -- More than the window holds: the room is held back for others' waiting calls; they take
+    -- it within about one spacing.
+    if over > u then wait = math.max(wait, spacing) else wait = math.max(wait, leaves(d, over)) end
+  end
+  for d, over in pairs(user_excess) do wait = math.max(wait, leaves(d, over, user)) end
+end
+wait = math.max(1, math.floor(wait))
+
+local function register(until_ms, kind)
+  local raw = redis.call('HGET', KEYS[5], job)
+  if raw then account(KEYS[6], parse(raw), -1) end
+  local e = {req = 1, ['in'] = cost['in'], out = cost.out, feature = feature, user = user}
+  redis.call('HSET', KEYS[5], job, table.concat({1, int(e['in']), int(e.out), feature, user,
+    kind}, ' '))
+  account(KEYS[6], e, 1)
+  redis.call('ZADD', KEYS[4], int(until_ms), job)
+  redis.call('HSETNX', KEYS[3], 'since', int(now))
+  keep_alive()
+end
+
+if wait <= max_wait then
+  register(now + wait + 1000, 'w')
+  return {0, wait, reason}
+end
+
+local previous = redis.call('HGET', KEYS[5], job)
+local back = now + wait
+-- After a pause every held job comes back at its end: the window then admits what fits, and
+-- lines up the rest.
+if reason ~= 'paused' and not (previous and string.sub(previous, -1) == 'h') then
+  -- A job not held before queues behind its feature's line of held jobs.
+  local line = tonumber(redis.call('HGET', KEYS[9], feature)) or 0
+  if line > back then back = line end
+  redis.call('HSET', KEYS[9], feature, int(back + spacing))
+end
+register(back + 5000 + (back - now) / 4, 'h')
+return {2, back - now, reason}

@@ -1,0 +1,116 @@
+-- After a call: set its reservation to what it really used (tokens not used go back to the
+-- window), learn the provider's limits from its headers, and after a 429 pause every worker.
+-- ARGV 10 says what becomes of the reservation: "settle" (to ARGV 2-4), "keep" (as reserved:
+-- the outcome is unknown, the provider may have done all of it) or "drop" (the call never left).
+--
+-- KEYS  1 window  2 entries  3 usage  4 learned  5 pause   (as in reserve.lua)
+-- ARGV  1 reservation id  2 requests used (0/1)  3 input tokens used  4 output tokens used
+--       5 learned headers as JSON {"requests": [limit, remaining, reset ms], ...}, or "" when no
+--         answer came back  6 ms the learned values live  7 pause ms (0: none)
+--       8 window ms  9 ms an idle limiter's keys live  10 settle | keep | drop
+
+local DIMS = {'req', 'in', 'out'}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id = ARGV[1]
+local window_ms = tonumber(ARGV[8])
+
+local function int(x)
+  return string.format('%d', math.floor(x))
+end
+
+local function parse(raw)
+  local f = {}
+  for w in string.gmatch(raw, '%S+') do f[#f + 1] = w end
+  return {req = tonumber(f[1]), ['in'] = tonumber(f[2]), out = tonumber(f[3]),
+          feature = f[4], user = f[5], flag = f[6]}
+end
+
+local function bump(key, field, by)
+  if by ~= 0 and redis.call('HINCRBY', key, field, by) == 0 then
+    redis.call('HDEL', key, field)
+  end
+end
+
+local function account(key, e, sign)
+  for _, d in ipairs(DIMS) do
+    local v = e[d] * sign
+    if v ~= 0 then
+      redis.call('HINCRBY', key, d, v)
+      if e.feature ~= '-' then bump(key, 'f|' .. e.feature .. '|' .. d, v) end
+      if e.user ~= '-' then bump(key, 'u|' .. e.user .. '|' .. d, v) end
+    end
+  end
+end
+
+local raw = redis.call('HGET', KEYS[2], id)
+if raw then
+  local e = parse(raw)
+  if e.flag == '1' then redis.call('HINCRBY', KEYS[3], 'open', -1) end
+  if ARGV[10] == 'drop' then
+    account(KEYS[3], e, -1)
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('ZREM', KEYS[1], id)
+  elseif ARGV[10] == 'keep' then
+    redis.call('HSET', KEYS[2], id, table.concat({int(e.req), int(e['in']), int(e.out),
+      e.feature, e.user, 0}, ' '))
+  else
+    local real = {req = tonumber(ARGV[2]), ['in'] = tonumber(ARGV[3]),
+                  out = tonumber(ARGV[4])}
+    account(KEYS[3], {req = real.req - e.req, ['in'] = real['in'] - e['in'],
+      out = real.out - e.out, feature = e.feature, user = e.user}, 1)
+    redis.call('HSET', KEYS[2], id, table.concat({int(real.req), int(real['in']),
+      int(real.out), e.feature, e.user, 0}, ' '))
+  end
+end
+
+if ARGV[5] ~= '' then
+  local headers = cjson.decode(ARGV[5])
+  local found = false
+  for name, v in pairs(headers) do
+    found = true
+    redis.call('HSET', KEYS[4], name .. '_limit', int(v[1]), name .. '_remaining', int(v[2]),
+      name .. '_reset', int(v[3]))
+  end
+  if headers.input_tokens or headers.output_tokens then
+    -- The combined tokens headers only add up the two limits already kept.
+    redis.call('HDEL', KEYS[4], 'tokens_limit', 'tokens_remaining', 'tokens_reset')
+  end
+  redis.call('HSET', KEYS[4], 'seen', int(now))
+  if found then redis.call('HSET', KEYS[4], 'updated', int(now)) end
+  redis.call('PEXPIRE', KEYS[4], ARGV[6])
+
+  -- A window younger than itself (a first start, a Redis flush) misses calls made before it:
+  -- take the provider's count of what it has seen, until its reset, when that is more.
+  local since = tonumber(redis.call('HGET', KEYS[3], 'since'))
+  if since == nil or now - since < window_ms then
+    local dims = {requests = 'req', input_tokens = 'in', output_tokens = 'out'}
+    for name, d in pairs(dims) do
+      local v = headers[name]
+      if v and v[2] >= 0 and v[3] > now then
+        local theirs = v[1] - v[2]
+        local ours = tonumber(redis.call('HGET', KEYS[3], d)) or 0
+        if theirs > ours then
+          local e = {req = 0, ['in'] = 0, out = 0, feature = '-', user = '-'}
+          e[d] = theirs - ours
+          local sync = 'sync:' .. name .. ':' .. int(now)
+          redis.call('ZADD', KEYS[1], int(v[3] - window_ms), sync)
+          redis.call('HSET', KEYS[2], sync, table.concat({int(e.req), int(e['in']),
+            int(e.out), '-', '-', 0}, ' '))
+          account(KEYS[3], e, 1)
+        end
+      end
+    end
+  end
+end
+
+local pause_ms = tonumber(ARGV[7])
+if pause_ms > 0 then
+  local until_ms = now + pause_ms
+  local current = tonumber(redis.call('GET', KEYS[5]) or '0') or 0
+  if until_ms > current then
+    redis.call('SET', KEYS[5], int(until_ms), 'PX', int(pause_ms + 1000))
+  end
+end
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
+return 1

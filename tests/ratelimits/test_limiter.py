@@ -1,0 +1,282 @@
+"""The limiter's Lua scripts against the real Redis, on a window compressed to 2 s: never more
+than a limit in any window (from many threads at once), tokens given back at settlement, the
+shared pause, learning, shares by feature weight and by user, and a Redis flush mid-run."""
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import django_rq
+import pytest
+
+from llmops.queues import LLM_QUEUE, rate_limit_key
+from ratelimits.headers import learned_from_headers, pause_after_429
+from ratelimits.selectors import rate_limit_statuses
+from tests.ratelimits.conftest import MODEL, PROVIDER, reserve, settle
+
+pytestmark = pytest.mark.django_db
+
+
+def redis() -> Any:
+    return django_rq.get_connection(LLM_QUEUE)
+
+
+def window_times() -> list[float]:
+    """The send times (s) of every reservation that counts a request, as the window holds them."""
+    key = rate_limit_key(PROVIDER, MODEL, "window")
+    return [score / 1000 for _, score in redis().zrange(key, 0, -1, withscores=True)]
+
+
+def test_it_admits_the_limit_then_says_when_a_slot_frees():
+    admitted = [reserve(rpm=5)[0] for _ in range(5)]
+    assert all(v.admitted for v in admitted)
+    refused, _ = reserve(rpm=5, max_wait_ms=0)
+    assert refused.status == 2 and refused.reason == "requests"
+    # The oldest call leaves the 2 s window in about 2 s: the job is held about that long.
+    assert 1500 <= refused.ms <= 2100
+
+
+def test_a_short_wait_is_offered_in_process_and_a_long_one_as_a_hold():
+    for _ in range(3):
+        reserve(rpm=3)
+    time.sleep(1.5)
+    verdict, _ = reserve(rpm=3, max_wait_ms=990)
+    assert verdict.status == 0 and 300 <= verdict.ms <= 600  # wait in process, then ask again
+    time.sleep(verdict.ms / 1000 + 0.02)
+    assert reserve(rpm=3, max_wait_ms=990)[0].admitted
+
+
+def test_sixteen_threads_never_exceed_the_limit_in_any_window():
+    limit, stop = 10, time.monotonic() + 4.5
+    sent: list[float] = []
+    lock = threading.Lock()
+
+    def hammer() -> None:
+        while time.monotonic() < stop:
+            verdict, _ = reserve(rpm=limit, max_wait_ms=990)
+            if verdict.admitted:
+                with lock:
+                    sent.append(time.time())
+            else:
+                time.sleep(min(verdict.ms, 200) / 1000)
+
+    threads = [threading.Thread(target=hammer) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    times = sorted(window_times())
+    assert len(times) >= limit  # the last window's calls (older ones were trimmed)
+    assert len(sent) >= 2 * limit  # it used the limit: at least two windows' worth in 4.5 s
+    for i, start in enumerate(times):
+        in_window = [t for t in times[i:] if t < start + 2.0]
+        assert len(in_window) <= limit, f"{len(in_window)} calls within 2 s of {start}"
+    sent.sort()
+    for i, start in enumerate(sent):
+        # Our own clock, not Redis': a few ms of skew between the two is allowed for.
+        assert len([t for t in sent[i:] if t < start + 1.95]) <= limit
+
+
+def test_tokens_not_used_are_given_back_at_settlement():
+    first, reservation = reserve(output_tpm=1000, output_tokens=800)
+    assert first.admitted
+    refused, _ = reserve(output_tpm=1000, output_tokens=800)
+    assert refused.reason == "output_tokens"
+    settle(reservation, input_tokens=5, output_tokens=100)
+    assert reserve(output_tpm=1000, output_tokens=800)[0].admitted  # 100 + 800 fit
+
+
+def test_a_release_takes_the_reservation_away():
+    _, reservation = reserve(rpm=1)
+    assert reserve(rpm=1)[0].reason == "requests"
+    settle(reservation, mode="drop")
+    assert reserve(rpm=1)[0].admitted
+
+
+def test_a_429_pauses_every_caller_until_the_reset():
+    _, reservation = reserve(rpm=100)
+    settle(reservation, pause_seconds=1.2)
+    for feature in ("summarize", "email-classify"):
+        verdict, _ = reserve(rpm=100, feature=feature, max_wait_ms=0)
+        assert verdict.reason == "paused" and 900 <= verdict.ms <= 1200
+    time.sleep(1.25)
+    assert reserve(rpm=100)[0].admitted
+
+
+def test_limits_are_learned_from_the_headers_of_an_answer():
+    headers = {
+        "anthropic-ratelimit-requests-limit": "3",
+        "anthropic-ratelimit-requests-remaining": "2",
+        "anthropic-ratelimit-requests-reset": "2030-01-01T00:00:00Z",
+        "anthropic-ratelimit-input-tokens-limit": "30000",
+        "anthropic-ratelimit-input-tokens-remaining": "29000",
+        "anthropic-ratelimit-input-tokens-reset": "2030-01-01T00:00:00Z",
+        "Anthropic-RateLimit-Output-Tokens-Limit": "8000",
+        "anthropic-ratelimit-tokens-limit": "38000",
+    }
+    learned = learned_from_headers(headers)
+    assert learned["requests"][:2] == (3, 2)
+    assert learned["output_tokens"] == (8000, -1, 0)
+    assert "tokens" not in learned  # only the sum of the two it already has
+    _, reservation = reserve()  # nothing known: a first call goes out
+    settle(reservation, learned=learned)
+    assert reserve()[0].admitted and reserve()[0].admitted
+    assert reserve()[0].reason == "requests"  # 3 calls: the learned limit
+    (status,) = rate_limit_statuses()
+    assert status.learned["requests"].limit == 3 and status.effective("rpm") == 3
+    assert status.effective("input_tpm") == 30000 and status.effective("output_tpm") == 8000
+    # A configured limit below the learned one holds the workers lower, never higher.
+    assert reserve(rpm=100)[0].reason == "requests"
+
+
+def test_until_the_first_answer_only_a_few_calls_are_in_flight(settings):
+    settings.LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY = 2
+    first, reservation = reserve()
+    assert first.admitted and reserve()[0].admitted
+    learning, _ = reserve(max_wait_ms=990)
+    assert learning.status == 0 and learning.reason == "learning"
+    settle(reservation, learned={})  # an answer without limits: nothing to hold back
+    assert all(reserve()[0].admitted for _ in range(20))
+
+
+def test_a_waiting_high_weight_feature_gets_the_next_slots_before_a_flood():
+    weights = {"email-classify": 4}
+    assert reserve(rpm=10, feature="summarize", weights=weights)[0].admitted
+    time.sleep(0.3)  # the first call leaves the window alone, one slot at a time
+    for _ in range(9):
+        assert reserve(rpm=10, feature="summarize", weights=weights)[0].admitted
+    # The window is full; an interactive job now waits (in process) for the next slot.
+    waiting, _ = reserve(rpm=10, feature="email-classify", job="email-1", weights=weights,
+                         max_wait_ms=5000)  # fmt: skip
+    assert waiting.status == 0
+    time.sleep(waiting.ms / 1000 + 0.05)
+    # A slot is free, but it is held back for the waiting email job: the flood does not get it.
+    blocked, _ = reserve(rpm=10, feature="summarize", weights=weights)
+    assert blocked.reason == "share"
+    assert reserve(rpm=10, feature="email-classify", job="email-1", weights=weights)[0].admitted
+
+
+def test_an_idle_feature_leaves_its_share_to_the_others():
+    weights = {"email-classify": 4}
+    assert all(reserve(rpm=10, feature="summarize", weights=weights)[0].admitted for _ in range(10))
+
+
+def test_two_floods_share_the_limit_by_weight():
+    """Two backlogs of 300 jobs, 4 worker threads each, as the queue runs them: a job with no
+    slot soon is held (put aside until the time the limiter gave) and the next one is taken;
+    a held job is taken again once due."""
+    weights = {"email-classify": 3, "summarize": 1}
+    features = ("email-classify", "summarize")
+    stop = time.monotonic() + 5.0
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+    backlog = {f: [f"{f}-{i}" for i in range(300)] for f in features}
+    held: dict[str, list[tuple[float, str]]] = {f: [] for f in features}
+
+    def next_job(feature: str) -> str | None:
+        with lock:
+            due = sorted(h for h in held[feature] if h[0] <= time.monotonic())
+            if due:
+                held[feature].remove(due[0])
+                return due[0][1]
+            return backlog[feature].pop(0) if backlog[feature] else None
+
+    def worker_thread(feature: str) -> None:
+        while time.monotonic() < stop:
+            job = next_job(feature)
+            if job is None:
+                time.sleep(0.01)
+                continue
+            while True:
+                verdict, _ = reserve(rpm=20, feature=feature, job=job, weights=weights,
+                                     max_wait_ms=990)  # fmt: skip
+                if verdict.admitted:
+                    if time.monotonic() > stop - 3.0:  # after the first window: the steady share
+                        with lock:
+                            counts[feature] += 1
+                    break
+                if verdict.status == 0:
+                    time.sleep(verdict.ms / 1000)
+                    continue
+                with lock:
+                    held[feature].append((time.monotonic() + verdict.ms / 1000, job))
+                break
+
+    threads = [threading.Thread(target=worker_thread, args=(f,)) for f in features for _ in "1234"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    total = counts["email-classify"] + counts["summarize"]
+    assert total >= 25  # about 30 in 3 s at 20 per 2 s: the limit is used
+    assert counts["email-classify"] / total >= 0.65, counts  # weight 3 of 4: 75 %
+    assert counts["summarize"] / total >= 0.15, counts  # and the batch is not starved
+
+
+def test_one_user_alone_gets_the_whole_limit():
+    assert all(reserve(rpm=8, user="alice")[0].admitted for _ in range(8))
+    assert reserve(rpm=8, user="alice")[0].reason == "requests"
+
+
+def test_a_user_who_already_has_half_gives_way_to_a_waiting_user():
+    reserve(rpm=8, user="alice")
+    time.sleep(0.3)
+    for _ in range(7):
+        reserve(rpm=8, user="alice")
+    bob, _ = reserve(rpm=8, user="bob", job="bob-1", max_wait_ms=5000)
+    assert bob.status == 0  # bob waits for the next slot, which is held back for him
+    time.sleep(bob.ms / 1000 + 0.05)
+    assert reserve(rpm=8, user="alice")[0].reason == "share"
+    assert reserve(rpm=8, user="bob", job="bob-1")[0].admitted
+
+
+def test_a_hard_user_cap_applies_even_alone(settings):
+    settings.LLM_USER_MAX_SHARE = 0.5
+    assert all(reserve(rpm=8, user="alice")[0].admitted for _ in range(4))
+    assert reserve(rpm=8, user="alice")[0].reason == "user_max_share"
+    assert reserve(rpm=8, user="bob")[0].admitted
+
+
+def test_held_jobs_of_a_flood_come_back_spaced_at_the_rate_of_the_limit():
+    for _ in range(10):
+        reserve(rpm=10)
+    holds = [reserve(rpm=10, job=f"held-{i}")[0] for i in range(5)]
+    assert all(v.status == 2 for v in holds)
+    gaps = [b.ms - a.ms for a, b in zip(holds, holds[1:], strict=False)]
+    assert all(180 <= gap <= 220 for gap in gaps), gaps  # 2 s / 10 calls = 200 ms apart
+    # A held job that comes back and finds no room keeps its place instead of going last.
+    again, _ = reserve(rpm=10, job="held-0")
+    assert again.status == 2 and again.ms < holds[-1].ms
+
+
+def test_a_flushed_redis_catches_up_from_the_providers_count():
+    reset = int((time.time() + 1.5) * 1000)
+    for used in range(1, 6):
+        _, reservation = reserve()
+        settle(reservation, learned={"requests": (5, 5 - used, reset)})
+    learned = {"requests": (5, 0, reset)}
+    redis().flushdb()  # every key gone: the window, the learned limits
+    _, reservation = reserve()  # learning again: one call goes out
+    settle(
+        reservation,
+        learned=learned,
+        pause_seconds=pause_after_429(retry_after=None, learned=learned),
+    )
+    # The provider said 5 of 5 used until its reset: the window takes that count, so nothing
+    # else goes out before the reset, even once the pause is over.
+    verdict, _ = reserve(max_wait_ms=0)
+    assert verdict.status == 2 and verdict.reason in ("paused", "requests")
+    redis().delete(rate_limit_key(PROVIDER, MODEL, "pause"))
+    assert reserve(max_wait_ms=0)[0].reason == "requests"
+    time.sleep(1.6)
+    assert reserve()[0].admitted
+
+
+def test_pause_after_429_prefers_retry_after_then_a_spent_limits_reset():
+    now = 1_000_000.0
+    spent = {"requests": (50, 0, int((now + 7) * 1000)), "output_tokens": (8000, 10, 0)}
+    assert pause_after_429(retry_after=3.0, learned=spent, now=now) == 3.0
+    assert pause_after_429(retry_after=None, learned=spent, now=now) == 7.0
+    assert pause_after_429(retry_after=None, learned={}, now=now) == 5.0
+    assert pause_after_429(retry_after=86400.0, learned={}, now=now) == 900.0
