@@ -22,6 +22,8 @@ status of every complete response sent. A ``drop`` (200 head sent, body cut) cou
 ``dropped`` and a ``timeout`` (never answered) ONLY under ``timed_out``, never in ``by_status``;
 so once nothing is in flight, requests == sum(by_status) + dropped + timed_out. Successful,
 dropped and timed-out requests are billed (the work was done); error responses bill nothing.
+``in_flight`` is the number of POST /v1/messages being handled now (answered or held), and
+``peak_in_flight`` the most at once since the last reset (bench/concurrency.py reads it).
 
 Faults: one uniform draw per request; each configured fault owns a slice of its rate, in the
 order given (rates adding up to more than 1 cut the later ones). An injected 429 says
@@ -146,7 +148,11 @@ class FakeAnthropicApp:
         path, method = scope["path"], scope["method"]
         if path == "/v1/messages":
             if method == "POST":
-                return await self.messages(scope, receive, send)
+                self.state.call_started()
+                try:
+                    return await self.messages(scope, receive, send)
+                finally:
+                    self.state.call_ended()
             return await self.plain_error(
                 send, ApiError(405, f"Method {method} not allowed for {path}")
             )

@@ -336,6 +336,10 @@ class FakeProviderState:
         # Requests still in flight across a reset belong to the old counters: they neither count
         # nor bill after it (a test's stats never include an earlier test's slow call).
         self.epoch = getattr(self, "epoch", 0) + 1
+        # The in-flight gauge is the server's, not the counters': calls in flight across a reset
+        # stay counted, and the peak starts again from them.
+        self.in_flight = getattr(self, "in_flight", 0)
+        self.peak_in_flight = self.in_flight
         self._persistent = self.start_config
         self._override: Config | None = None
         self._override_until: float | None = None
@@ -500,6 +504,14 @@ class FakeProviderState:
 
     # --- counters -------------------------------------------------------------------------------
 
+    def call_started(self) -> None:
+        """A POST /v1/messages arrived; it is in flight until ``call_ended``."""
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+
+    def call_ended(self) -> None:
+        self.in_flight -= 1
+
     def count_request(self) -> int:
         """Counts a request; returns the epoch it belongs to (pass it to the other counters)."""
         self.requests += 1
@@ -544,6 +556,8 @@ class FakeProviderState:
             "by_status": dict(sorted(self.by_status.items())),
             "dropped": self.dropped,
             "timed_out": self.timed_out,
+            "in_flight": self.in_flight,
+            "peak_in_flight": self.peak_in_flight,
             "billed": {**self.billed, "cost_usd": format(self.cost.normalize(), "f")},
         }
 

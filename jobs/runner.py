@@ -40,6 +40,7 @@ from jobs.timeouts import read_timeout_for
 from ledger.budgets import budget_release, budget_reserve
 from ledger.models import CostEntry
 from ledger.services import AttemptRecord, job_upper_bound_cost
+from llmops.db_connections import release_connection
 from llmops.logs import bind_log_context, log_context
 from llmops.queues import LLM_QUEUE, job_lock_key
 from ratelimits.services import (
@@ -120,6 +121,7 @@ class _Heartbeat:
             logger.exception("job %s: heartbeat could not reach the database", self.job_id)
             close_old_connections()
             connection.close()
+        release_connection()  # a threaded worker shares a few connections between its threads
         self.beats += 1
 
 
@@ -220,6 +222,7 @@ def _start(waiting: LlmJob, *, attempt: int, rq_job_id: str | None, gate: str, l
 
 def _attempt(job: LlmJob, *, probe: bool, lock: Any, grant: RateLimitGrant | None = None) -> str:
     try:
+        release_connection()  # no connection is held while the provider answers
         with _Heartbeat(job.id, lock, job.concurrency_key):
             if grant is not None:
                 rate_limit_sent(grant)

@@ -249,6 +249,17 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 # The ASGI app serves static files itself (admin CSS) unless a front proxy does it.
 SERVE_STATIC = envbool("DJANGO_SERVE_STATIC", "True")
 
+
+def default_web_concurrency() -> int:
+    # Under ASGI each process runs Django's sync views on one thread, and a request spends much
+    # of its time waiting on MariaDB and Redis: two processes per core keep the cores busy
+    # (the bench/submit.py figures), plus one so that a single core still serves two at once.
+    return 2 * len(os.sched_getaffinity(0)) + 1
+
+
+WEB_CONCURRENCY = envint("WEB_CONCURRENCY", default_web_concurrency(), minimum=1)
+"""Worker processes of the web server (llmops/web.py, the Procfile's web line)."""
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REST_FRAMEWORK = {
@@ -295,7 +306,17 @@ JOB_EVENTS_PUBLISH_TIMEOUT = envfloat("JOB_EVENTS_PUBLISH_TIMEOUT", 1.0, minimum
 """Seconds a transition waits, at most, for its WebSocket event to be handed to the channel
 layer (jobs/events.py); an outage costs each transition this much, never a failure."""
 
-RQ = {"WORKER_CLASS": "llmops.workers.PreloadingWorker"}
+RQ = {"WORKER_CLASS": "llmops.workers.LlmWorker"}
+LLM_WORKER_CONCURRENCY = envint("LLM_WORKER_CONCURRENCY", 32, minimum=1)
+"""Jobs one `rqworker llm` process runs at once, each on a thread (llmops/threaded_worker.py);
+1 = rq's forking worker, one job per process. A job costs its process ~25 ms of CPU around a call
+that waits seconds on the network (bench/concurrency.py), so 32 calls of 5-10 s use about a
+tenth of a core, and one process serves at most ~40 calls/s (its one core, the GIL): past
+latency x 40 calls per process, add processes rather than threads."""
+LLM_WORKER_DB_CONNECTIONS = envint("LLM_WORKER_DB_CONNECTIONS", 8, minimum=1)
+"""Threads of one threaded worker process that may hold database connections at once: they take
+turns, and a thread waiting on the provider holds none (llmops/db_connections.py). A thread
+making a missing metrics counter row opens a second connection for a moment (ops/counters.py)."""
 RQ_QUEUES = {
     LLM_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": LLM_JOB_TIMEOUT},
     DEFAULT_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},

@@ -1,9 +1,23 @@
-"""The RQ worker class every `manage.py rqworker` uses (settings.RQ["WORKER_CLASS"])."""
+"""The RQ worker class every `manage.py rqworker` uses (settings.RQ["WORKER_CLASS"]): `LlmWorker`.
+
+A worker on the `llm` queue alone runs up to `LLM_WORKER_CONCURRENCY` jobs at once on threads
+(llmops/threaded_worker.py): an LLM call waits seconds on the network, and a process per call in
+flight would cost a whole interpreter each. Every other worker (`rqworker default alerts`), and
+the llm worker with `LLM_WORKER_CONCURRENCY=1`, is rq's forking worker: alert deliveries rely on
+rq's own job timeouts, which only a work horse process can enforce.
+"""
 
 import importlib
+from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
 from rq import Worker
+
+from llmops.queues import LLM_QUEUE
+from llmops.threaded_worker import ThreadedWorker
+
+__all__ = ["LlmWorker", "PreloadingWorker", "ThreadedLlmWorker", "runs_on_threads"]
 
 # Task modules imported once in the worker's main process, so that each forked work horse
 # inherits them: importing the anthropic SDK alone takes about a second, which a fresh import
@@ -19,3 +33,25 @@ class PreloadingWorker(Worker):
 
         warm_up()
         super().__init__(*args, **kwargs)
+
+
+def runs_on_threads(queues: Iterable[Any] | str) -> bool:
+    """Whether a worker on these queues (names or Queue objects) runs its jobs on threads."""
+    names = [queues] if isinstance(queues, str) else [getattr(q, "name", q) for q in queues]
+    return names == [LLM_QUEUE] and settings.LLM_WORKER_CONCURRENCY > 1
+
+
+class LlmWorker(PreloadingWorker):
+    """settings.RQ["WORKER_CLASS"]: a `ThreadedLlmWorker` on the llm queue alone, this forking
+    worker on any other queues. One class for every `rqworker` command line, chosen here because
+    django-rq builds each worker from the same setting."""
+
+    def __new__(cls, queues: Any = (), *args: Any, **kwargs: Any) -> "LlmWorker":
+        if cls is LlmWorker and runs_on_threads(queues):
+            return super().__new__(ThreadedLlmWorker)
+        return super().__new__(cls)
+
+
+class ThreadedLlmWorker(ThreadedWorker, LlmWorker):
+    """The llm queue's worker: the task modules and the SDK client loaded once, as for the
+    forking worker, then up to `LLM_WORKER_CONCURRENCY` jobs at once on threads."""

@@ -101,18 +101,28 @@ def _queue_state(name: str) -> dict:
 
 
 def _workers() -> list[dict]:
-    """Every worker listening on one of our queues, and the job each is running (the LlmJob
-    behind an llm RQ job, linked to its admin page)."""
+    """Every worker listening on one of our queues, and every job it is running: one for a
+    forking worker, up to its ``concurrency`` for a threaded one (llmops/threaded_worker.py).
+    Both list their jobs in rq's own execution index of the worker (``rq:worker:<name>:executions``,
+    kept by ``prepare_execution`` and the execution's cleanup); the LlmJob behind an llm RQ job
+    links to its admin page."""
     workers: dict[str, BaseWorker] = {}
     for name in QUEUE_NAMES:
         for worker in Worker.all(queue=django_rq.get_queue(name)):
             workers.setdefault(worker.name, worker)
-    current = {name: worker.get_current_job_id() for name, worker in workers.items()}
     connection = django_rq.get_connection(LLM_QUEUE)
+    names = sorted(workers)
+    with connection.pipeline(transaction=False) as pipeline:
+        for name in names:
+            pipeline.hget(workers[name].key, "concurrency")
+        concurrency = dict(zip(names, pipeline.execute(), strict=True))
+    running_ids = {
+        name: [execution.job_id for execution in workers[name].get_current_executions()]
+        for name in names
+    }
+    every_id = [job_id for ids in running_ids.values() for job_id in ids]
     running = {
-        job.id: job
-        for job in Job.fetch_many([i for i in current.values() if i], connection=connection)
-        if job is not None
+        job.id: job for job in Job.fetch_many(every_id, connection=connection) if job is not None
     }
     llm_job_ids = {rq_id: _llm_job_id(job) for rq_id, job in running.items()}
     llm_jobs = {
@@ -121,11 +131,32 @@ def _workers() -> list[dict]:
             "id", "feature", "model", "status", "attempts"
         )
     }
+
+    def described(job: Job) -> dict:
+        llm_job = llm_jobs.get(llm_job_ids.get(job.id) or "")
+        return {
+            "rq_job_id": job.id,
+            "description": job.description,
+            "started_at": job.started_at,
+            "llm_job": None
+            if llm_job is None
+            else {
+                "id": str(llm_job["id"]),
+                "feature": llm_job["feature"],
+                "model": llm_job["model"],
+                "status": llm_job["status"],
+                "attempts": llm_job["attempts"],
+                "url": reverse("admin:jobs_llmjob_change", args=[llm_job["id"]]),
+            },
+        }
+
     rows = []
-    for name, worker in sorted(workers.items()):
-        rq_job_id = current[name]
-        job = running.get(rq_job_id) if rq_job_id else None
-        llm_job = llm_jobs.get(llm_job_ids.get(rq_job_id) or "") if rq_job_id else None
+    for name in names:
+        worker = workers[name]
+        jobs = sorted(
+            (described(running[i]) for i in running_ids[name] if i in running),
+            key=lambda job: (job["started_at"] is None, job["started_at"] or 0, job["rq_job_id"]),
+        )
         rows.append(
             {
                 "name": name,
@@ -133,26 +164,13 @@ def _workers() -> list[dict]:
                 "pid": worker.pid,
                 "state": worker.get_state(),
                 "queues": worker.queue_names(),
+                "concurrency": int(concurrency[name] or 1),
                 "last_heartbeat": worker.last_heartbeat,
                 "successful_jobs": worker.successful_job_count,
                 "failed_jobs": worker.failed_job_count,
-                "current": None
-                if job is None
-                else {
-                    "rq_job_id": job.id,
-                    "description": job.description,
-                    "started_at": job.started_at,
-                    "llm_job": None
-                    if llm_job is None
-                    else {
-                        "id": str(llm_job["id"]),
-                        "feature": llm_job["feature"],
-                        "model": llm_job["model"],
-                        "status": llm_job["status"],
-                        "attempts": llm_job["attempts"],
-                        "url": reverse("admin:jobs_llmjob_change", args=[llm_job["id"]]),
-                    },
-                },
+                "running": jobs,
+                # The first of them, for readers of one job per worker.
+                "current": jobs[0] if jobs else None,
             }
         )
     return rows

@@ -201,6 +201,8 @@ def test_it_injects_each_error_fault(
         "by_status": {str(status): 1},
         "dropped": 0,
         "timed_out": 0,
+        "in_flight": 0,
+        "peak_in_flight": 1,
         "billed": {
             "input_tokens": 0,
             "output_tokens": 0,
@@ -312,6 +314,8 @@ def test_it_resets_stats_and_cache(url: str) -> None:
         "by_status": {},
         "dropped": 0,
         "timed_out": 0,
+        "in_flight": 0,
+        "peak_in_flight": 0,
         "billed": {
             "input_tokens": 0,
             "output_tokens": 0,
@@ -352,6 +356,33 @@ def test_it_serves_200_concurrent_requests(url: str) -> None:
     assert statuses == [200] * 200
     assert elapsed < 8, f"200 requests of 200 ms took {elapsed:.1f} s: not concurrent"
     assert stats(url)["by_status"] == {"200": 200}
+
+
+def test_it_counts_the_calls_in_flight_and_their_peak(url: str) -> None:
+    configure(url, latency_ms=1500)
+    body = {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+
+    def one() -> int:
+        response = httpx.post(
+            f"{url}/v1/messages", json=body, headers={"x-api-key": "k"}, timeout=10
+        )
+        return response.status_code
+
+    threads = [threading.Thread(target=one) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 5
+    while stats(url)["in_flight"] < 12:
+        assert time.monotonic() < deadline, stats(url)
+        time.sleep(0.05)
+    for thread in threads:
+        thread.join()
+    seen = stats(url)
+    assert (seen["in_flight"], seen["peak_in_flight"], seen["by_status"]) == (0, 12, {"200": 12})
+    one()
+    assert stats(url)["peak_in_flight"] == 12  # the most at once, not the latest
+    httpx.post(f"{url}/_fake/reset").raise_for_status()
+    assert stats(url)["peak_in_flight"] == 0
 
 
 def test_it_requires_an_api_key(url: str) -> None:

@@ -371,16 +371,23 @@
         const workers = data.workers;
         show("workers-unavailable", !workers.available, workers.error || "");
         show("workers-empty", workers.available && workers.workers.length === 0);
-        fillTable("workers-table", workers.workers.map(function (w) {
-            let running = el("td", {text: "idle"});
-            if (w.current && w.current.llm_job) {
-                const job = w.current.llm_job;
-                running = el("td", {}, [
-                    el("a", {text: job.feature + "/" + job.model + " " + job.id.slice(0, 8), href: job.url, title: job.id}),
-                    document.createTextNode(", attempt " + job.attempts + ", started " + when(w.current.started_at)),
+        // One line per job in flight: a threaded worker runs up to w.concurrency at once.
+        function runningJob(job) {
+            if (job.llm_job) {
+                const llm = job.llm_job;
+                return el("div", {className: "ops-running-job"}, [
+                    el("a", {text: llm.feature + "/" + llm.model + " " + llm.id.slice(0, 8), href: llm.url, title: llm.id}),
+                    document.createTextNode(", attempt " + llm.attempts + ", started " + when(job.started_at)),
                 ]);
-            } else if (w.current) {
-                running = el("td", {text: text(w.current.description) + " (" + w.current.rq_job_id.slice(0, 8) + ")"});
+            }
+            return el("div", {className: "ops-running-job", text: text(job.description) + " (" + job.rq_job_id.slice(0, 8) + ")"});
+        }
+        fillTable("workers-table", workers.workers.map(function (w) {
+            const jobs = w.running || (w.current ? [w.current] : []);
+            let running = el("td", {text: "idle"});
+            if (jobs.length) {
+                const heading = (w.concurrency || 1) > 1 ? [el("div", {text: jobs.length + " of " + w.concurrency + " at once"})] : [];
+                running = el("td", {}, heading.concat(jobs.map(runningJob)));
             }
             return el("tr", {}, [
                 el("td", {text: w.name, title: (w.hostname || "") + " pid " + text(w.pid)}),

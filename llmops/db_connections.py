@@ -1,0 +1,132 @@
+"""A threaded worker's database connections: a few, taken in turn by many threads.
+
+Django opens one connection per thread and keeps it open (``CONN_MAX_AGE``). A worker running
+200 calls at once on threads would hold 200 connections, plus one per job's heartbeat thread,
+well past MariaDB's default ``max_connections`` of 151, while nearly all of them sit idle waiting
+on the provider. So a threaded worker process (llmops/threaded_worker.py) calls ``install``: from
+then on a thread may hold open connections only while it holds one of
+``LLM_WORKER_DB_CONNECTIONS`` slots. A thread's first open connection takes a slot (waiting for
+one when all are taken); closing its last one gives the slot back. The runner closes its
+connection before a provider call and after each heartbeat (``release_connection``), and the
+worker closes a job thread's connections when its job ends.
+
+Waiting for a slot cannot deadlock: a thread only waits while it holds no connection at all, so
+it holds no row lock and no transaction; every slot holder is doing database work it will
+finish, then close. A thread that already holds a slot never waits: a second connection it opens
+for a moment (ops/counters.py makes a missing counter row on a connection of its own, in the
+middle of a transaction) rides on its slot, so the server may see one more connection for each
+thread doing that at the moment.
+
+Nothing is installed in the web process, the forking workers or the commands, where
+``release_connection`` does nothing and connections are reused as usual.
+"""
+
+import logging
+import threading
+from typing import Any
+
+from django.db import connections
+
+__all__ = ["install", "release_connection", "slots_in_use"]
+
+logger = logging.getLogger(__name__)
+
+SLOT_WAIT_WARNING_SECONDS = 30.0
+"""A thread still waiting for a connection slot after this long logs a warning (and waits on):
+every slot held that long means database work that slow, or a connection nobody closed."""
+
+_slots: threading.BoundedSemaphore | None = None
+_limit = 0
+_wrapped: set[type] = set()
+_open_by_thread: dict[int, int] = {}
+"""Open connections per thread that holds a slot (thread ident -> count)."""
+_open_lock = threading.Lock()
+
+
+def install(limit: int) -> None:
+    """Bound this process's threads holding database connections to ``limit`` (once)."""
+    global _slots, _limit
+    if _slots is not None:
+        if limit != _limit:
+            raise RuntimeError(f"database connection slots already installed ({_limit})")
+        return
+    _slots, _limit = threading.BoundedSemaphore(limit), limit
+    for alias in connections:
+        _wrap(type(connections[alias]))
+
+
+def release_connection() -> None:
+    """Close this thread's database connections if this process bounds them (a threaded worker),
+    giving their slot to other threads; elsewhere keep them open for reuse."""
+    if _slots is not None:
+        connections.close_all()
+
+
+def slots_in_use() -> int:
+    """Threads of this process holding a database connection now (0 when nothing is
+    installed)."""
+    with _open_lock:
+        return len(_open_by_thread)
+
+
+def _take_slot(wrapper: Any) -> None:
+    assert _slots is not None
+    if getattr(wrapper, "_llmops_slot_thread", None) is not None:
+        return  # a reconnect of a connection that still counts
+    thread = threading.get_ident()
+    with _open_lock:
+        if thread in _open_by_thread:  # this thread holds a slot: ride on it
+            _open_by_thread[thread] += 1
+            wrapper._llmops_slot_thread = thread
+            return
+    waited = 0.0
+    while not _slots.acquire(timeout=SLOT_WAIT_WARNING_SECONDS):
+        waited += SLOT_WAIT_WARNING_SECONDS
+        logger.warning(
+            "waited %.0f s for one of %d database connection slots; waiting on", waited, _limit
+        )
+    with _open_lock:
+        _open_by_thread[thread] = 1
+    wrapper._llmops_slot_thread = thread
+
+
+def _give_slot(wrapper: Any) -> None:
+    thread = getattr(wrapper, "_llmops_slot_thread", None)
+    if thread is None:
+        return
+    wrapper._llmops_slot_thread = None
+    with _open_lock:
+        _open_by_thread[thread] -= 1
+        if _open_by_thread[thread]:
+            return
+        del _open_by_thread[thread]
+    assert _slots is not None
+    _slots.release()
+
+
+def _wrap(wrapper_class: type) -> None:
+    """Take a slot just before the backend opens a connection, give it back once it is closed.
+    ``get_new_connection`` and ``_close`` are the two places every open and close goes through
+    (``connect``, ``close``, ``close_if_unusable_or_obsolete``, a failed health check)."""
+    if wrapper_class in _wrapped:
+        return
+    _wrapped.add(wrapper_class)
+    open_connection = getattr(wrapper_class, "get_new_connection")  # noqa: B009
+    close_connection = getattr(wrapper_class, "_close")  # noqa: B009
+
+    def get_new_connection(self: Any, conn_params: Any) -> Any:
+        _take_slot(self)
+        try:
+            return open_connection(self, conn_params)
+        except BaseException:
+            _give_slot(self)
+            raise
+
+    def _close(self: Any) -> Any:
+        try:
+            return close_connection(self)
+        finally:
+            _give_slot(self)
+
+    setattr(wrapper_class, "get_new_connection", get_new_connection)  # noqa: B010
+    setattr(wrapper_class, "_close", _close)  # noqa: B010

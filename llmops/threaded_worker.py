@@ -1,0 +1,476 @@
+"""An rq worker that runs up to N jobs at once, each on a thread of this one process.
+
+rq's forking ``Worker`` runs one job per process (a fork per job, the parent watching it). An LLM
+call spends seconds waiting on the network, so a process per call in flight wastes a Python
+interpreter with Django loaded (~120 MB) on each socket. This worker keeps rq's steps for every
+job, only on threads, and keeps what the forking worker guarantees:
+
+- **Registries.** The main thread dequeues a job and calls rq's ``prepare_execution`` as the
+  forking parent does (StartedJobRegistry entry, the worker's execution index
+  ``rq:worker:<name>:executions``, state busy); the job's thread runs rq's ``perform_job`` as a
+  horse would (status started, the function, then FinishedJobRegistry or FailedJobRegistry, the
+  result, the worker's counters, the execution removed). The execution index lists every job in
+  flight: ``Worker.get_current_executions()`` reads it from any process (the ops dashboard).
+- **Heartbeats.** A monitor thread does, every ``monitor_interval`` and for every job in flight,
+  what the forking parent does for its one horse: it refreshes the worker's key (so the worker is
+  not taken for dead), each execution's StartedJobRegistry score and TTL (so rq's maintenance
+  does not take a long job for abandoned) and each job's heartbeat.
+- **Timeouts.** A thread cannot be interrupted. rq's death penalty is SIGALRM, which only the
+  main thread receives; raising into a thread (``PyThreadState_SetAsyncExc``) would land between
+  any two bytecodes of the job: mid-transaction, or after a paid answer and before its ledger
+  row. So each job enforces its own deadline (an LLM call's read timeout stays below its RQ
+  timeout: jobs/timeouts.py). If a job still runs past its RQ timeout, the monitor records it in
+  rq as the death penalty would (FailedJobRegistry with ``JobTimeoutException``, out of the
+  StartedJobRegistry); its thread runs on to its own deadline and keeps its place in the pool
+  meanwhile, and when it ends it changes nothing more in rq.
+- **Warm shutdown.** ``SIGTERM`` only sets a flag (a signal handler runs on the main thread
+  wherever it is, possibly inside a Redis call or holding a lock). The main loop blocks on the
+  queue at most ``DEQUEUE_POLL_SECONDS`` at a time, so it stops dequeuing within that; a job
+  dequeued after the signal goes back to the head of its queue. Then it stops the scheduler,
+  waits for every job in flight to finish and record, and registers its death. A second
+  ``SIGTERM`` or ``SIGINT`` is rq's cold shutdown: exit now, and the jobs in flight are left to
+  the reconciler, as after ``kill -9``.
+- **Database connections.** Django's connections are per thread, so no two jobs share one. A
+  job's thread closes its connections when the job ends, and the process holds at most
+  ``LLM_WORKER_DB_CONNECTIONS`` open at once (llmops/db_connections.py).
+- **Commands.** rq's stop-job command can only kill a work horse; here it is refused with a
+  warning (cancel the job in the application instead). The shutdown command works (it signals
+  this process).
+"""
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis.exceptions
+from django.conf import settings
+from django.db import connections
+from rq.exceptions import DequeueTimeout, StopRequested
+from rq.executions import Execution
+from rq.job import Job
+from rq.queue import Queue
+from rq.timeouts import BaseDeathPenalty
+from rq.utils import now
+from rq.worker import BaseWorker, DequeueStrategy, WorkerStatus
+from rq.worker.base import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
+
+from llmops import db_connections
+
+__all__ = ["DEQUEUE_POLL_SECONDS", "NoDeathPenalty", "ThreadedWorker"]
+
+DEQUEUE_POLL_SECONDS = 1
+"""The longest the main loop blocks on an empty queue before it looks at its stop flag again:
+a warm shutdown stops dequeuing within this (one BLMOVE a second on an idle worker is nothing)."""
+SHUTDOWN_LOG_SECONDS = 30.0
+"""While a warm shutdown waits for jobs in flight, it says how many are left this often."""
+
+
+class NoDeathPenalty(BaseDeathPenalty):
+    """rq's timeout around a job, as a no-op: a thread cannot be interrupted (see above)."""
+
+    def setup_death_penalty(self) -> None:
+        pass
+
+    def cancel_death_penalty(self) -> None:
+        pass
+
+
+@dataclass(eq=False)
+class _Running:
+    job: Job
+    queue: Queue
+    execution: Execution
+    started: float
+    timeout: int | None
+    """The RQ timeout in seconds, None for none (-1)."""
+    recorded_by: str = ""
+    """Who writes the job's end in rq: "thread" (it ended) or "timeout" (the monitor)."""
+
+
+class ThreadedWorker(BaseWorker):
+    """Runs up to ``concurrency`` jobs at once, each on its own thread (see the module)."""
+
+    death_penalty_class = NoDeathPenalty
+
+    def __init__(
+        self,
+        *args: Any,
+        concurrency: int | None = None,
+        monitor_interval: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.concurrency = concurrency or settings.LLM_WORKER_CONCURRENCY
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {self.concurrency}")
+        # At most the forking parent's interval (30 s), and often enough for a job's heartbeat.
+        self.monitor_interval = min(
+            float(self.job_monitoring_interval),
+            monitor_interval or settings.LLM_HEARTBEAT_SECONDS,
+        )
+        self._running: dict[str, _Running] = {}
+        self._starting = 0
+        self._changed = threading.Condition()
+        self._monitor_stop = threading.Event()
+        self._connection_wait = 1.0
+
+    # --- the main loop --------------------------------------------------------------------------
+
+    def work(  # type: ignore[override]
+        self,
+        burst: bool = False,
+        logging_level: str | None = None,
+        date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
+        log_format: str = DEFAULT_LOGGING_FORMAT,
+        max_jobs: int | None = None,
+        max_idle_time: int | None = None,
+        with_scheduler: bool = False,
+        dequeue_strategy: DequeueStrategy = DequeueStrategy.DEFAULT,
+    ) -> bool:
+        """rq's ``work`` with a pool of threads: take a job whenever a thread is free."""
+        db_connections.install(settings.LLM_WORKER_DB_CONNECTIONS)
+        self.bootstrap(logging_level, date_format, log_format)
+        self._dequeue_strategy = dequeue_strategy
+        if with_scheduler:
+            self._start_scheduler(burst, logging_level, date_format, log_format)
+        self._install_signal_handlers()
+        monitor = threading.Thread(target=self._monitor, name="rq-monitor", daemon=True)
+        monitor.start()
+        self.log.info(
+            "Worker %s: running up to %d jobs at once on threads", self.name, self.concurrency
+        )
+        started = 0
+        idle_since = time.monotonic()
+        try:
+            while True:
+                try:
+                    self.check_for_suspension(burst)
+                    if self.should_run_maintenance_tasks:
+                        self.run_maintenance_tasks()
+                    if self._stop_requested:
+                        self.log.info("Worker %s: stopping on request", self.name)
+                        break
+                    if not self._wait_for_a_free_thread():
+                        continue
+                    result = self._dequeue(blocking=not burst)
+                    if result is None:
+                        busy = self._in_flight() > 0
+                        if busy:
+                            idle_since = time.monotonic()
+                        if burst and not busy:
+                            self.log.info("Worker %s: done, quitting", self.name)
+                            break
+                        if burst:
+                            self._wait_for_a_change()
+                        elif max_idle_time is not None and (
+                            time.monotonic() - idle_since >= max_idle_time
+                        ):
+                            self.log.info(
+                                "Worker %s: idle for %d seconds, quitting", self.name, max_idle_time
+                            )
+                            break
+                        continue
+                    job, queue = result
+                    if self._stop_requested:
+                        self._put_back(job, queue)
+                        continue
+                    self.execute_job(job, queue)
+                    started += 1
+                    idle_since = time.monotonic()
+                    if max_jobs is not None and started >= max_jobs:
+                        self.log.info("Worker %s: started %d jobs, quitting", self.name, started)
+                        break
+                except StopRequested:
+                    break
+                except SystemExit:
+                    raise
+                except:  # noqa: E722 - as rq's own loop: log, then shut down warm
+                    self.log.error(
+                        "Worker %s: found an unhandled exception, quitting...",
+                        self.name,
+                        exc_info=True,
+                    )
+                    break
+        finally:
+            try:
+                self._finish_jobs_in_flight()
+            finally:
+                self._monitor_stop.set()
+                self.teardown()
+        return bool(started)
+
+    def _in_flight(self) -> int:
+        with self._changed:
+            return len(self._running) + self._starting
+
+    def _wait_for_a_free_thread(self) -> bool:
+        """True once a thread is free; False after waiting a poll interval for one."""
+        with self._changed:
+            if len(self._running) + self._starting < self.concurrency:
+                return True
+            self._changed.wait(timeout=DEQUEUE_POLL_SECONDS)
+            return False
+
+    def _wait_for_a_change(self) -> None:
+        with self._changed:
+            self._changed.wait(timeout=DEQUEUE_POLL_SECONDS)
+
+    def _dequeue(self, *, blocking: bool) -> tuple[Job, Queue] | None:
+        """One job, or None after ``DEQUEUE_POLL_SECONDS`` (at once in burst mode)."""
+        state = WorkerStatus.BUSY if self._in_flight() else WorkerStatus.IDLE
+        if self.get_state() != state:
+            self._set_state_quietly(state)
+        try:
+            result = self.queue_class.dequeue_any(
+                self._ordered_queues,
+                DEQUEUE_POLL_SECONDS if blocking else None,
+                connection=self.connection,
+                job_class=self.job_class,
+                serializer=self.serializer,
+                death_penalty_class=self.death_penalty_class,
+            )
+        except DequeueTimeout:
+            return None
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as error:
+            self.log.error(
+                "Worker %s: could not connect to Redis instance: %s retrying in %d seconds...",
+                self.name,
+                error,
+                self._connection_wait,
+            )
+            self._sleep_unless_stopping(self._connection_wait)
+            self._connection_wait = min(
+                self._connection_wait * self.exponential_backoff_factor,
+                self.max_connection_wait_time,
+            )
+            return None
+        self._connection_wait = 1.0
+        if result is None:
+            return None
+        job, queue = result
+        self.reorder_queues(reference_queue=queue)
+        job.redis_server_version = self.get_redis_server_version()
+        self.log.info("Worker %s: %s: %s (%s)", self.name, queue.name, job.description, job.id)
+        return result
+
+    def _sleep_unless_stopping(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._stop_requested and time.monotonic() < deadline:
+            time.sleep(min(0.5, deadline - time.monotonic()))
+
+    def _put_back(self, job: Job, queue: Queue) -> None:
+        """A job dequeued after SIGTERM goes back to the head of its queue, never started."""
+        with self.connection.pipeline() as pipeline:
+            pipeline.lrem(queue.intermediate_queue_key, 1, job.id)
+            queue.push_job_id(job.id, pipeline=pipeline, at_front=True)
+            pipeline.execute()
+        self.log.info("Worker %s: job %s put back on %s (stopping)", self.name, job.id, queue.name)
+
+    # --- one job --------------------------------------------------------------------------------
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        """Prepare the execution here, as the forking parent does, and run it on a new thread."""
+        with self._changed:
+            self._starting += 1
+        running = None
+        try:
+            execution = self.prepare_execution(job)
+            timeout = job.timeout or self.queue_class.DEFAULT_TIMEOUT
+            running = _Running(
+                job=job,
+                queue=queue,
+                execution=execution,
+                started=time.monotonic(),
+                timeout=None if timeout == -1 else int(timeout),
+            )
+            with self._changed:
+                self._running[execution.id] = running
+            threading.Thread(
+                target=self._run, args=(running,), name=f"rq-job-{job.id}", daemon=True
+            ).start()
+        except BaseException:
+            if running is not None:
+                with self._changed:
+                    self._running.pop(running.execution.id, None)
+            raise
+        finally:
+            with self._changed:
+                self._starting -= 1
+                self._changed.notify_all()
+
+    def _run(self, running: _Running) -> None:
+        try:
+            self.perform_job(running.job, running.queue, running.execution)
+        except BaseException:  # perform_job handles every failure itself; this is a last resort
+            self.log.exception("Worker %s: job %s escaped perform_job", self.name, running.job.id)
+        finally:
+            # Django's connections are per thread: this job's go now, the next job opens its own.
+            connections.close_all()
+            with self._changed:
+                self._running.pop(running.execution.id, None)
+                if not self._running and not self._starting and not self._stop_requested:
+                    # Under the lock: a job being started meanwhile writes "busy" after this.
+                    self._set_state_quietly(WorkerStatus.IDLE)
+                self._changed.notify_all()
+
+    def _set_state_quietly(self, state: WorkerStatus) -> None:
+        try:
+            self.set_state(state)
+        except redis.exceptions.RedisError:
+            self.log.warning("Worker %s: could not set its state to %s", self.name, state)
+
+    def _record_in_rq(self, execution: Execution, by: str) -> bool:
+        """Whether ``by`` writes this job's end in rq: the first of its thread (the job ended)
+        and the monitor (its RQ timeout passed) does, once."""
+        with self._changed:
+            running = self._running.get(execution.id)
+            if running is None:
+                return True
+            if not running.recorded_by:
+                running.recorded_by = by
+            return running.recorded_by == by
+
+    def _finalize_success(
+        self, job: Job, queue: Queue, execution: Execution, return_value: Any
+    ) -> None:
+        if self._record_in_rq(execution, "thread"):
+            super()._finalize_success(job, queue, execution, return_value)
+        else:
+            self._ended_after_timeout(job)
+
+    def _finalize_failure(
+        self, job: Job, queue: Queue, execution: Execution, exc_info: Any
+    ) -> None:
+        if self._record_in_rq(execution, "thread"):
+            super()._finalize_failure(job, queue, execution, exc_info)
+        else:
+            self._ended_after_timeout(job)
+
+    def _ended_after_timeout(self, job: Job) -> None:
+        self.log.warning(
+            "Worker %s: job %s ended after its RQ timeout was recorded; rq keeps it failed",
+            self.name,
+            job.id,
+        )
+
+    # --- the monitor: heartbeats and timeouts ----------------------------------------------------
+
+    def _monitor(self) -> None:
+        while not self._monitor_stop.wait(self.monitor_interval):
+            try:
+                self.maintain_all_heartbeats()
+            except Exception:
+                self.log.exception("Worker %s: heartbeat failed; next one in a moment", self.name)
+
+    def maintain_all_heartbeats(self) -> None:
+        """rq's ``maintain_heartbeats`` for every job in flight at once, after recording in rq
+        the jobs whose RQ timeout has passed."""
+        with self._changed:
+            live = [r for r in self._running.values() if not r.recorded_by]
+        for running in live:
+            if running.timeout and time.monotonic() - running.started > running.timeout:
+                self._time_out(running)
+        live = [r for r in live if not r.recorded_by]
+        with self.connection.pipeline() as pipeline:
+            self.heartbeat(self.worker_ttl + 60, pipeline=pipeline)
+            job_beats = []
+            for running in live:
+                job = running.job
+                working = (now() - job.started_at).total_seconds() if job.started_at else 0.0
+                ttl = int(self.get_heartbeat_ttl(job, working_time=working))
+                running.execution.heartbeat(job.started_job_registry, ttl, pipeline=pipeline)
+                job_beats.append((len(pipeline), job))
+                job.heartbeat(now(), ttl, pipeline=pipeline, xx=True)
+            results = pipeline.execute()
+            # As rq's maintain_heartbeats: a job deleted meanwhile (result_ttl=0) must not be
+            # brought back by its heartbeat, and a worker hash that expired is written again.
+            for index, job in job_beats:
+                if results[index] == 1:
+                    pipeline.delete(job.key)
+            if results[0] == 1:
+                pipeline.hset(self.key, mapping=self.serialize())
+                pipeline.expire(self.key, self.worker_ttl + 60)
+            pipeline.execute()
+
+    def _time_out(self, running: _Running) -> None:
+        """What rq's death penalty leaves for a job past its timeout, minus the kill."""
+        if not self._record_in_rq(running.execution, "timeout"):
+            return
+        job = running.job
+        self.log.warning(
+            "Worker %s: job %s passed its RQ timeout of %s s; recorded as failed in rq. Its "
+            "thread cannot be interrupted and runs on to the job's own deadline.",
+            self.name,
+            job.id,
+            running.timeout,
+        )
+        job.ended_at = now()
+        self.handle_job_failure(
+            job,
+            queue=running.queue,
+            exc_string=(
+                f"JobTimeoutException: Task exceeded maximum timeout value ({running.timeout} "
+                "seconds). It ran on a thread, which cannot be interrupted: it ends at its own "
+                "deadline, and rq keeps this failure."
+            ),
+            execution=running.execution,
+        )
+
+    # --- shutdown and commands -------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        # Called by rq's signal handler on the main thread, wherever the main loop is: only a
+        # flag here, the main loop does the rest (see the module).
+        self._stop_requested = True
+
+    def _finish_jobs_in_flight(self) -> None:
+        if self._stop_requested:
+            try:
+                self.set_shutdown_requested_date()
+            except (redis.exceptions.RedisError, TypeError):
+                pass
+            if self.scheduler:
+                self.stop_scheduler()
+        waited_since = time.monotonic()
+        logged_at = 0.0
+        with self._changed:
+            while self._running or self._starting:
+                if time.monotonic() - logged_at >= SHUTDOWN_LOG_SECONDS:
+                    logged_at = time.monotonic()
+                    self.log.info(
+                        "Worker %s: waiting for %d job(s) in flight to finish (%.0f s so far)",
+                        self.name,
+                        len(self._running),
+                        logged_at - waited_since,
+                    )
+                self._changed.wait(timeout=1)
+
+    def register_birth(self) -> None:
+        super().register_birth()
+        # Read by the ops dashboard: how many jobs this worker may run at once.
+        self.connection.hset(self.key, "concurrency", self.concurrency)
+
+    def handle_payload(self, message: dict[Any, Any]) -> None:
+        from rq.command import parse_payload
+
+        command = parse_payload(message).get("command")
+        if command in ("stop-job", "stop-execution"):
+            self.log.warning(
+                "Worker %s: %s refused: a job running on a thread cannot be stopped",
+                self.name,
+                command,
+            )
+            return
+        super().handle_payload(message)
+
+    def request_stop_execution(self, execution_id: str) -> None:
+        self.log.warning(
+            "Worker %s: cannot stop execution %s: it runs on a thread", self.name, execution_id
+        )
+
+    def kill_horse(self, sig: Any = None) -> None:
+        """No horse: the jobs are threads of this process."""
+
+    def wait_for_horse(self) -> tuple[None, None, None]:
+        return None, None, None
