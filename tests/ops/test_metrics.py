@@ -126,6 +126,7 @@ def test_the_exposition_has_http_db_rq_and_llm_families(metrics_settings, alice_
 @pytest.mark.usefixtures("prices")
 def test_a_rolled_back_transition_counts_nothing(alice_client, metrics_settings):
     job = submit(alice_client)
+
     def counted() -> dict[str, int]:
         # A counter row may have been made (at zero) on a connection of its own: only what is
         # counted matters.
