@@ -251,10 +251,11 @@ SERVE_STATIC = envbool("DJANGO_SERVE_STATIC", "True")
 
 
 def default_web_concurrency() -> int:
-    # Under ASGI each process runs Django's sync views on one thread, and a request spends much
-    # of its time waiting on MariaDB and Redis: two processes per core keep the cores busy
-    # (the bench/submit.py figures), plus one so that a single core still serves two at once.
-    return 2 * len(os.sched_getaffinity(0)) + 1
+    # One per core. Under ASGI, Django already serves the requests of one process at once, each
+    # on a thread of its own, so waits on MariaDB and Redis overlap within a process; what one
+    # process cannot do is run Python on more than one core (the GIL). More processes than
+    # cores only add memory (bench/submit.py).
+    return len(os.sched_getaffinity(0))
 
 
 WEB_CONCURRENCY = envint("WEB_CONCURRENCY", default_web_concurrency(), minimum=1)

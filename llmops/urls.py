@@ -3,6 +3,7 @@ from django.contrib.auth.views import LoginView
 from django.urls import include, path
 
 from jobs.views import live_page
+from llmops.apis import MeApi
 
 urlpatterns = [
     # Staff-only admin pages of ops; before the admin, whose catch-all would answer first.
@@ -10,6 +11,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("live/", live_page, name="live"),
     path("login/", LoginView.as_view(), name="login"),
+    path("api/v1/me/", MeApi.as_view(), name="me"),
     path("api/v1/jobs/", include("jobs.urls")),
     path("api/v1/failures/", include("alerts.urls")),
     path("api/v1/", include("ledger.budget_urls")),

@@ -3,6 +3,7 @@ database (MariaDB in CI), the project's fake provider over HTTP, and real RQ wor
 
 import importlib
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -209,9 +210,23 @@ def submit(client: APIClient, **overrides: Any) -> LlmJob:
     return LlmJob.objects.get(id=response.json()["id"])
 
 
+def procfile_command(name: str, *, port: int | None = None) -> list[str]:
+    """The Procfile's line ``name`` as honcho runs it (an argument list); its ``--port`` becomes
+    ``port``."""
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        key, _, command = line.partition(":")
+        if key.strip() == name:
+            args = shlex.split(command)
+            if port is not None:
+                args[args.index("--port") + 1] = str(port)
+            return args
+    raise LookupError(f"the Procfile has no {name} line")
+
+
 @pytest.fixture
-def asgi_server(transactional_db: None) -> Iterator[str]:
-    """The ASGI app (HTTP and WebSocket on one port) in a uvicorn subprocess on the test database:
+def asgi_server(transactional_db: None, tmp_path: Path) -> Iterator[str]:
+    """The web server as the Procfile starts it (llmops/web.py under the respawn wrapper: HTTP and
+    WebSocket on one port, here in two worker processes) on the test database and a free port:
     live_server is WSGI and has no WebSocket. Yields its http:// base URL."""
     from django.db import connection
 
@@ -222,24 +237,28 @@ def asgi_server(transactional_db: None) -> Iterator[str]:
     env["DATABASE_URL"] = (
         f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     )
+    env["WEB_CONCURRENCY"] = "2"
+    # honcho runs the Procfile with the virtualenv's bin first on PATH.
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "llmops.asgi:application", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "asgi_server.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            procfile_command("web", port=port), cwd=ROOT, env=env, stdout=out, stderr=out
+        )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"uvicorn exited: {server.stderr.read()!r}")  # type: ignore[union-attr]
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the web server did not start: {log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        yield url
     finally:
         server.terminate()
-        server.wait(timeout=10)
+        server.wait(timeout=40)
