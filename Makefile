@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard clean
+.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-ratelimit clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -44,7 +44,7 @@ lint: dev-venv
 	$(BIN)/ruff format --check .
 
 typecheck: dev-venv
-	$(BIN)/mypy llmops jobs ledger alerts fake_provider ops
+	$(BIN)/mypy llmops jobs ledger alerts fake_provider ops ratelimits
 
 test: dev-venv services browser tools lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
@@ -57,6 +57,7 @@ bench: dev-venv services
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/fake_provider.py
 	$(BIN)/python bench/costs.py
+	$(BIN)/python bench/ratelimit.py
 
 # Cost reports over a million synthetic ledger rows (its own database): query times and indexes.
 bench-costs: dev-venv services
@@ -70,3 +71,9 @@ bench-metrics: dev-venv services
 # The ops dashboard (page + data.json) over a million ledger rows and their jobs (its own database).
 bench-dashboard: dev-venv services
 	$(BIN)/python bench/dashboard.py
+
+# The shared rate limiter at the provider's limit: the fake provider with --rpm R and 1-3 s of
+# latency, W = 2, 4 and 8 worker processes, a backlog (its own database): calls per minute as a
+# fraction of R, and the share of 429s. Target: at least 0.95 of R with under 1 % 429s.
+bench-ratelimit: dev-venv services
+	$(BIN)/python bench/ratelimit.py
