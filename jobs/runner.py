@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 from uuid import UUID
 
-import django_rq
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
@@ -43,6 +42,7 @@ from ledger.services import AttemptRecord, job_upper_bound_cost
 from llmops.db_connections import release_connection
 from llmops.logs import bind_log_context, log_context
 from llmops.queues import LLM_QUEUE, job_lock_key
+from llmops.redis_clients import queue_connection
 from ratelimits.services import (
     RateLimitGrant,
     rate_limit_acquire,
@@ -136,7 +136,7 @@ def job_run(*, job_id: str, rq_job_id: str | None = None) -> str:
 
 
 def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
-    redis = django_rq.get_connection(LLM_QUEUE)
+    redis = queue_connection(LLM_QUEUE)
     lock = redis.lock(job_lock_key(job_id), timeout=_lock_ttl(), blocking=False, thread_local=False)
     if not lock.acquire(blocking=False):
         logger.info("job %s is locked by another worker; this copy exits", job_id)
@@ -211,7 +211,7 @@ def _start(waiting: LlmJob, *, attempt: int, rq_job_id: str | None, gate: str, l
         job_budget_refused(job_id=waiting.id, rq_job_id=rq_job_id, refusal=refusal)
         logger.info("job %s: budget %s (%s)", job_id, refusal.action, refusal.message)
         return f"budget_{refusal.action}"
-    job = job_claim(job_id=job_id, rq_job_id=rq_job_id)
+    job = job_claim(job_id=job_id, rq_job_id=rq_job_id, seen=waiting)
     if job is None or job.attempts != attempt:
         budget_release(job=waiting, attempt=attempt)
         rate_limit_release(grant)

@@ -22,7 +22,6 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-import django_rq
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -51,6 +50,7 @@ from ledger.services import (
 )
 from llmops.errors import Conflict, ValidationFailed
 from llmops.queues import LLM_QUEUE, RUN_LLM_JOB_TASK
+from llmops.redis_clients import queue as rq_queue
 from ratelimits.config import is_priority_feature
 
 __all__ = [
@@ -109,6 +109,12 @@ def job_enqueue(*, job: LlmJob, delay_seconds: float | None = None) -> None:
     now = timezone.now()
     LlmJob.objects.filter(id=job.id).update(rq_job_id=rq_job_id, enqueued_at=now)
     job.rq_job_id, job.enqueued_at = rq_job_id, now
+    _push_on_commit(job, delay_seconds=delay_seconds)
+
+
+def _push_on_commit(job: LlmJob, *, delay_seconds: float | None = None) -> None:
+    """Push the RQ job the row already points at (``rq_job_id``) once the transaction commits."""
+    rq_job_id = job.rq_job_id
     job_id, timeout = str(job.id), job_timeout_for(job.max_tokens)
     at_front = is_priority_feature(job.feature)
 
@@ -120,7 +126,7 @@ def job_enqueue(*, job: LlmJob, delay_seconds: float | None = None) -> None:
             "at_front": at_front,
         }
         try:
-            queue = django_rq.get_queue(LLM_QUEUE)
+            queue = rq_queue(LLM_QUEUE)
             if delay_seconds:
                 queue.enqueue_in(
                     timedelta(seconds=delay_seconds), RUN_LLM_JOB_TASK, job_id, **options
@@ -173,7 +179,10 @@ def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> 
 
     try:
         with transaction.atomic():
+            # Inserted already pointing at its RQ job: no second write to say so.
             job = LlmJob.objects.create(
+                rq_job_id=uuid.uuid4().hex,
+                enqueued_at=timezone.now(),
                 user=user,
                 feature=request.feature,
                 model=request.model,
@@ -189,7 +198,7 @@ def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> 
             )
             # Notified before the push: the "queued" event must leave before a worker's "running".
             transition_committed(job, Transition.SUBMITTED)
-            job_enqueue(job=job)
+            _push_on_commit(job)
     except IntegrityError:
         # Two submits with the same key raced; the first insert won.
         if not key_hash:
@@ -212,17 +221,26 @@ def _replay(job: LlmJob, fingerprint: str) -> LlmJob:
 # --- Claim --------------------------------------------------------------------------------------
 
 
-def job_claim(*, job_id: str, rq_job_id: str | None = None) -> LlmJob | None:
+def job_claim(
+    *, job_id: str, rq_job_id: str | None = None, seen: LlmJob | None = None
+) -> LlmJob | None:
     """Move a waiting job to running and count the attempt; None if this copy may not run it.
 
     Only the RQ job the row points at may claim it (a stray copy requeued by hand from rq's
     failed registry, or duplicated by a Redis failover, starts no second retry chain), and a
     retrying job only once its ``next_attempt_at`` is due. Final, cancelled and running jobs are
     left alone. One conditional UPDATE: exactly one winner.
+
+    ``seen``: the row as the caller read it just before (the runner's ``job_for_run``). The
+    claim then also requires the row's ``attempts`` and ``rq_job_id`` to be as seen, and returns
+    ``seen`` with the claim's changes made to it instead of reading the row again.
     """
     now = timezone.now()
+    runnable = jobs_runnable(job_id=job_id, rq_job_id=rq_job_id)
+    if seen is not None:
+        runnable = runnable.filter(attempts=seen.attempts, rq_job_id=seen.rq_job_id)
     with transaction.atomic():
-        if not jobs_runnable(job_id=job_id, rq_job_id=rq_job_id).update(
+        if not runnable.update(
             status=LlmJob.Status.RUNNING,
             attempts=F("attempts") + 1,
             budget_attempts=F("budget_attempts") + 1,
@@ -231,7 +249,16 @@ def job_claim(*, job_id: str, rq_job_id: str | None = None) -> LlmJob | None:
             next_attempt_at=None,
         ):
             return None
-        job = LlmJob.objects.get(id=job_id)
+        if seen is None:
+            job = LlmJob.objects.get(id=job_id)
+        else:
+            job = seen
+            job.status = LlmJob.Status.RUNNING
+            job.attempts += 1
+            job.budget_attempts += 1
+            job.started_at = job.started_at or now
+            job.heartbeat_at = now
+            job.next_attempt_at = None
         transition_committed(job, Transition.CLAIMED)
     return job
 
