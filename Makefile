@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-ratelimit clean
+.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -57,7 +57,10 @@ bench: dev-venv services
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/fake_provider.py
 	$(BIN)/python bench/costs.py
+	$(BIN)/python bench/concurrency.py
 	$(BIN)/python bench/ratelimit.py
+	$(BIN)/python bench/submit.py
+	$(BIN)/python bench/pipeline.py
 
 # Cost reports over a million synthetic ledger rows (its own database): query times and indexes.
 bench-costs: dev-venv services
@@ -72,8 +75,25 @@ bench-metrics: dev-venv services
 bench-dashboard: dev-venv services
 	$(BIN)/python bench/dashboard.py
 
+# Provider calls in flight per GB of worker memory at 5 s latency: threaded llm workers next to
+# 20 forking ones (its own database); target 200 in flight within 2 GB RSS.
+bench-concurrency: dev-venv services
+	$(BIN)/python bench/concurrency.py
+
 # The shared rate limiter at the provider's limit: the fake provider with --rpm R and 1-3 s of
 # latency, W = 2, 4 and 8 worker processes, a backlog (its own database): calls per minute as a
 # fraction of R, and the share of 429s. Target: at least 0.95 of R with under 1 % 429s.
 bench-ratelimit: dev-venv services
 	$(BIN)/python bench/ratelimit.py
+
+# POST /api/v1/jobs/ under 32 concurrent clients next to GET /api/v1/me/ on the Procfile's web
+# line, with real llm workers and the fake provider at 0 s and at 10 s (its own database):
+# throughput, p50/p99 and the ratio. Target: at least 0.5.
+bench-submit: dev-venv services
+	$(BIN)/python bench/submit.py
+
+# LLM jobs per second through the llm workers with an instant fake provider next to a no-op RQ
+# job on the same worker class, and one job's SQL queries and Redis round trips (its own
+# database). Target: at least 0.5.
+bench-pipeline: dev-venv services
+	$(BIN)/python bench/pipeline.py
