@@ -74,28 +74,21 @@ class LlmCollector(Collector):
 def _counters() -> Iterator[Metric]:
     totals = counter_totals()
 
-    jobs = CounterMetricFamily(
-        "llm_jobs", "Jobs that entered each status.", labels=[*FEATURE_MODEL, "status"]
+    yield _counter(
+        "llm_jobs", "Jobs that entered each status.", [*FEATURE_MODEL, "status"], totals.jobs
     )
-    for key, value in sorted(totals.jobs.items()):
-        jobs.add_metric(list(key), value)
-    yield jobs
-
-    attempts = CounterMetricFamily(
+    yield _counter(
         "llm_attempts",
         "Provider attempts booked in the ledger, by outcome.",
-        labels=[*FEATURE_MODEL, "outcome"],
+        [*FEATURE_MODEL, "outcome"],
+        totals.attempts,
     )
-    for key, value in sorted(totals.attempts.items()):
-        attempts.add_metric(list(key), value)
-    yield attempts
-
-    tokens = CounterMetricFamily(
-        "llm_tokens", "Tokens booked in the ledger, by kind.", labels=[*FEATURE_MODEL, "kind"]
+    yield _counter(
+        "llm_tokens",
+        "Tokens booked in the ledger, by kind.",
+        [*FEATURE_MODEL, "kind"],
+        totals.tokens,
     )
-    for key, value in sorted(totals.tokens.items()):
-        tokens.add_metric(list(key), value)
-    yield tokens
 
     cost = CounterMetricFamily(
         "llm_cost_usd",
@@ -126,14 +119,22 @@ def _counters() -> Iterator[Metric]:
         latency.add_metric(list(key), buckets, sum_value=totals.latency_sum_ms[key] / 1000)
     yield latency
 
-    failures = CounterMetricFamily(
+    yield _counter(
         "llm_failures",
         "Dead-lettered jobs (FailureRecord rows), by severity and reason.",
-        labels=["severity", "reason"],
+        ["severity", "reason"],
+        totals.failures,
     )
-    for key, value in sorted(totals.failures.items()):
-        failures.add_metric(list(key), value)
-    yield failures
+
+
+def _counter(
+    name: str, documentation: str, labels: list[str], values: dict[tuple[str, ...], int]
+) -> CounterMetricFamily:
+    """One counter family, a sample per label set, in a stable order."""
+    family = CounterMetricFamily(name, documentation, labels=labels)
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key), value)
+    return family
 
 
 def _le(bound: float) -> str:
