@@ -6,6 +6,11 @@ that transaction; once that transaction commits, every subscriber registered wit
 ``on_transition`` receives the job and the transition. The log line and WebSocket events
 subscribe here, so no transition can forget one of them. A rolled-back transition
 notifies nobody; a failing subscriber is logged and never fails the job or the other subscribers.
+
+A subscriber registered with ``on_transition(..., in_transaction=True)`` runs instead inside the
+transition's transaction, right after the metrics' count: what it writes commits or rolls back
+with the transition (batch counters, the next step of a pipeline), and an exception it raises
+rolls the transition back. Keep such subscribers to a few indexed statements.
 """
 
 import logging
@@ -49,12 +54,15 @@ class Transition(StrEnum):
 Subscriber = Callable[["LlmJob", Transition], None]
 
 _subscribers: list[Subscriber] = []
+_in_transaction: list[Subscriber] = []
 
 
-def on_transition(subscriber: Subscriber) -> Subscriber:
-    """Register a subscriber (usable as a decorator); call it from an ``AppConfig.ready``."""
-    if subscriber not in _subscribers:
-        _subscribers.append(subscriber)
+def on_transition(subscriber: Subscriber, *, in_transaction: bool = False) -> Subscriber:
+    """Register a subscriber; call it from an ``AppConfig.ready``. By default it runs after the
+    transition commits (best effort); with ``in_transaction=True`` inside its transaction."""
+    registry = _in_transaction if in_transaction else _subscribers
+    if subscriber not in registry:
+        registry.append(subscriber)
     return subscriber
 
 
@@ -62,6 +70,8 @@ def transition_committed(job: "LlmJob", transition: Transition) -> None:
     """Count the job's new status now, in the transition's transaction (the metrics' counters
     commit or roll back with it), and notify every subscriber once that transaction commits."""
     count_job_status(job)
+    for subscriber in _in_transaction:
+        subscriber(job, transition)
     transaction.on_commit(lambda: _notify(job, transition))
 
 

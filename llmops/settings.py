@@ -187,6 +187,8 @@ INSTALLED_APPS = [
     "fake_provider",
     "ops",
     "ratelimits",
+    "batches",
+    "pipelines",
 ]
 
 MIDDLEWARE = [

@@ -16,6 +16,8 @@ urlpatterns = [
     path("api/v1/failures/", include("alerts.urls")),
     path("api/v1/", include("ledger.budget_urls")),
     path("api/v1/costs/", include("ledger.urls")),
+    path("api/v1/batches/", include("batches.urls")),
+    path("api/v1/pipelines/", include("pipelines.urls")),
     # Before django-rq's own URLs: its metrics endpoint is served by ops under one protection.
     path("", include("ops.urls")),
     path("django-rq/", include("django_rq.urls")),

@@ -76,6 +76,30 @@ def test_a_failing_subscriber_fails_nothing(alice_client, workers, heard):
     assert [t for _, t, _ in heard][-1] == "completed"
 
 
+def test_an_in_transaction_subscriber_writes_with_the_transition_and_can_refuse_it(alice_client):
+    from django.db import connection as conn
+
+    seen: list[tuple[str, bool]] = []
+
+    def inside(job: LlmJob, transition: Transition) -> None:
+        seen.append((transition.value, conn.in_atomic_block))
+        if job.metadata.get("refuse") and transition == Transition.CANCELLED:
+            raise RuntimeError("refused")
+
+    on_transition(inside, in_transaction=True)
+    try:
+        job = submit(alice_client)
+        job_cancel(job=job)
+        refused = submit(alice_client, metadata={"refuse": True})
+        with pytest.raises(RuntimeError):
+            job_cancel(job=refused)
+    finally:
+        transitions._in_transaction.remove(inside)
+    assert seen[:2] == [("submitted", True), ("cancelled", True)]
+    refused.refresh_from_db()
+    assert refused.status == "queued"
+
+
 def test_a_rolled_back_transition_notifies_nobody(alice_client, heard):
     from django.db import transaction
 
