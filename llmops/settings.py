@@ -179,6 +179,10 @@ INSTALLED_APPS = [
     "channels",
     "rest_framework",
     "rest_framework.authtoken",
+    # The OpenAPI schema (/api/schema/) and its Swagger UI (/api/docs/), served from our own
+    # static files (the sidecar ships Swagger UI's dist): no CDN, works without internet.
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_rq",
     "django_prometheus",
     "jobs",
@@ -278,6 +282,28 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": envint("API_PAGE_SIZE", 50, minimum=1),
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# The schema and the docs page are public: they describe the API, hold no data and no secret,
+# and every endpoint they list still asks for its token. /metrics, /healthz, /readyz, the admin
+# and django-rq are not DRF views and are not in the schema (docs/operations.md covers them).
+SPECTACULAR_SETTINGS = {
+    "TITLE": "llmops API",
+    "DESCRIPTION": (
+        "LLM calls as background jobs: submit and poll jobs, the dead-letter queue, costs and "
+        "budgets. Every error body is {code, message, detail} with a stable code (docs/api.md)."
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    # No authentication for the schema itself: a stale token in the browser must not hide it.
+    "SERVE_AUTHENTICATION": [],
+    # Request and response bodies as separate components: read-only fields are not inputs.
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Redis and queues -------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth.views import LoginView
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from jobs.views import live_page
 from llmops.apis import MeApi
@@ -11,6 +12,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("live/", live_page, name="live"),
     path("login/", LoginView.as_view(), name="login"),
+    # Public: the OpenAPI 3 schema of every DRF view and its Swagger UI (from our static files).
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/me/", MeApi.as_view(), name="me"),
     path("api/v1/jobs/", include("jobs.urls")),
     path("api/v1/failures/", include("alerts.urls")),
