@@ -5,6 +5,7 @@ Routes:
     POST /v1/messages        the Messages API (non-streaming), deterministic replies
     GET  /_fake/health       {"ok": true}
     GET  /_fake/stats        counters and the bill (see below)
+    GET  /_fake/billing      every billed call: request id, Idempotency-Key, cost, how it ended
     GET  /_fake/faults       the active configuration
     POST /_fake/faults       change the configuration, optionally for a window of seconds:
                              {"faults": {"529": 1.0}, "for_seconds": 120,
@@ -24,6 +25,9 @@ so once nothing is in flight, requests == sum(by_status) + dropped + timed_out. 
 dropped and timed-out requests are billed (the work was done); error responses bill nothing.
 ``in_flight`` is the number of POST /v1/messages being handled now (answered or held), and
 ``peak_in_flight`` the most at once since the last reset (bench/concurrency.py reads it).
+``GET /_fake/billing`` lists every billed call with its request id and the caller's
+``Idempotency-Key`` (our workers send the job id): which job was billed how often, and for which
+answer (the chaos drill, ops/chaos/, compares it with the ledger job by job).
 
 Faults: one uniform draw per request; each configured fault owns a slice of its rate, in the
 order given (rates adding up to more than 1 cut the later ones). An injected 429 says
@@ -75,6 +79,8 @@ from .state import (
 __all__ = ["FakeAnthropicApp", "FakeServer", "build_server", "create_app"]
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # the Messages API limit
+_BILLED_AS = {"timeout": "timed_out", "drop": "dropped", "garbage": "garbage"}
+"""How a billed call ended, for the billing log, by the fault drawn for it (none: answered)."""
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -159,6 +165,7 @@ class FakeAnthropicApp:
         routes = {
             ("GET", "/_fake/health"): lambda body: {"ok": True},
             ("GET", "/_fake/stats"): lambda body: self.state.stats(),
+            ("GET", "/_fake/billing"): lambda body: self.state.billing_log(),
             ("GET", "/_fake/faults"): lambda body: self.state.describe(),
             ("POST", "/_fake/faults"): self.set_faults,
             ("POST", "/_fake/reset"): self.reset,
@@ -308,7 +315,14 @@ class FakeAnthropicApp:
 
         reply = build_message(request, state)
         state.settle_tokens(decision, reply["usage"])
-        state.bill(request.price, reply["usage"], epoch)
+        state.bill(
+            request.price,
+            reply["usage"],
+            epoch,
+            request_id=request_id,
+            idempotency_key=headers.get("idempotency-key", ""),
+            how=_BILLED_AS.get(fault or "", "answered"),
+        )
         body_out = _encode(reply)
         if fault == "timeout":
             state.count_timed_out(epoch)

@@ -44,6 +44,9 @@ __all__ = [
 ]
 
 WINDOW_SECONDS = 60.0
+BILLING_LOG_LIMIT = 200_000
+"""Billed calls kept for ``GET /_fake/billing`` (the oldest fall off): a chaos drill's few
+thousand calls fit many times over, a fake provider left running for days stays bounded."""
 DEFAULT_CACHE_TTL = "5m"
 CACHE_TTLS = {"5m": 300.0, "1h": 3600.0}
 
@@ -354,6 +357,9 @@ class FakeProviderState:
         self.timed_out = 0
         self.billed = dict.fromkeys(_TOKEN_FIELDS, 0)
         self.cost = Decimal(0)
+        # One entry per billed call: (request id, Idempotency-Key, cost, how it ended).
+        self.billing: deque[tuple[str, str, Decimal, str]] = deque(maxlen=BILLING_LOG_LIMIT)
+        self.billing_evicted = 0
 
     @property
     def config(self) -> Config:
@@ -532,9 +538,20 @@ class FakeProviderState:
             return
         self.timed_out += 1
 
-    def bill(self, price: Price, usage: Mapping[str, Any], epoch: int | None = None) -> Decimal:
+    def bill(
+        self,
+        price: Price,
+        usage: Mapping[str, Any],
+        epoch: int | None = None,
+        *,
+        request_id: str = "",
+        idempotency_key: str = "",
+        how: str = "answered",
+    ) -> Decimal:
         """Adds one answered (or dropped / timed-out) message to the bill; returns its cost.
-        A request from before the last reset is not billed to the new counters."""
+        A request from before the last reset is not billed to the new counters. The call is also
+        kept in the billing log with its request id, the caller's ``Idempotency-Key`` and ``how``
+        it ended (answered, dropped, timed_out, garbage): who was billed what, per call."""
         if epoch is not None and epoch != self.epoch:
             return Decimal(0)
         for name in _TOKEN_FIELDS:
@@ -548,7 +565,25 @@ class FakeProviderState:
             + usage["output_tokens"] * price.output
         ) / Decimal(1_000_000)
         self.cost += cost
+        if len(self.billing) == self.billing.maxlen:
+            self.billing_evicted += 1
+        self.billing.append((request_id, idempotency_key, cost, how))
         return cost
+
+    def billing_log(self) -> dict[str, Any]:
+        """Every billed call since the last reset (up to ``BILLING_LOG_LIMIT``, oldest first)."""
+        return {
+            "calls": [
+                {
+                    "request_id": request_id,
+                    "idempotency_key": key,
+                    "cost_usd": format(cost.normalize(), "f"),
+                    "how": how,
+                }
+                for request_id, key, cost, how in self.billing
+            ],
+            "evicted": self.billing_evicted,
+        }
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -333,6 +333,34 @@ def test_it_bills_with_its_price_list(url: str) -> None:
     assert Decimal(stats(url)["billed"]["cost_usd"]) == expected
 
 
+def test_it_logs_each_billed_call_with_its_idempotency_key_and_how_it_ended(url: str) -> None:
+    client = sdk(url)
+    raw = client.messages.with_raw_response.create(
+        model=MODEL,
+        max_tokens=64,
+        messages=[{"role": "user", "content": "Hello"}],
+        extra_headers={"Idempotency-Key": "job-1"},
+    )
+    configure(url, faults={"drop": 1.0})
+    with pytest.raises(anthropic.APIConnectionError):
+        ask(client, extra_headers={"Idempotency-Key": "job-2"})
+    configure(url, faults={"529": 1.0})
+    with pytest.raises(anthropic.InternalServerError):
+        ask(client, extra_headers={"Idempotency-Key": "job-3"})  # an error bills nothing
+
+    log = httpx.get(f"{url}/_fake/billing").json()
+    assert log["evicted"] == 0
+    assert [(c["idempotency_key"], c["how"]) for c in log["calls"]] == [
+        ("job-1", "answered"),
+        ("job-2", "dropped"),
+    ]
+    assert log["calls"][0]["request_id"] == raw.headers["request-id"]
+    total = sum(Decimal(c["cost_usd"]) for c in log["calls"])
+    assert total == Decimal(stats(url)["billed"]["cost_usd"]) > 0
+    httpx.post(f"{url}/_fake/reset").raise_for_status()
+    assert httpx.get(f"{url}/_fake/billing").json() == {"calls": [], "evicted": 0}
+
+
 def test_it_serves_200_concurrent_requests(url: str) -> None:
     configure(url, latency_ms=200)
 
