@@ -346,6 +346,10 @@ LLM_WORKER_DB_CONNECTIONS = envint("LLM_WORKER_DB_CONNECTIONS", 8, minimum=1)
 """Threads of one threaded worker process that may hold database connections at once: they take
 turns, and a thread waiting on the provider holds none (llmops/db_connections.py). A thread
 making a missing metrics counter row opens a second connection for a moment (ops/counters.py)."""
+WORKER_NICE = envint("WORKER_NICE", 10, minimum=0)
+"""The niceness every rq worker process takes at start (os.nice; its forks and threads inherit
+it), so that on a host shared with the web processes a burst of work never takes the CPU from the
+API: submits keep their latency whatever the workers do (bench/submit.py). 0: unchanged."""
 RQ_QUEUES = {
     LLM_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": LLM_JOB_TIMEOUT},
     DEFAULT_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},

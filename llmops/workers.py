@@ -8,6 +8,7 @@ rq's own job timeouts, which only a work horse process can enforce.
 """
 
 import importlib
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,7 +18,13 @@ from rq import Worker
 from llmops.queues import LLM_QUEUE
 from llmops.threaded_worker import ThreadedWorker
 
-__all__ = ["LlmWorker", "PreloadingWorker", "ThreadedLlmWorker", "runs_on_threads"]
+__all__ = [
+    "LlmWorker",
+    "PreloadingWorker",
+    "ThreadedLlmWorker",
+    "lower_cpu_priority",
+    "runs_on_threads",
+]
 
 # Task modules imported once in the worker's main process, so that each forked work horse
 # inherits them: importing the anthropic SDK alone takes about a second, which a fresh import
@@ -27,12 +34,20 @@ PRELOADED_TASK_MODULES = ("jobs.tasks", "alerts.tasks")
 
 class PreloadingWorker(Worker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        lower_cpu_priority()
         for module in PRELOADED_TASK_MODULES:
             importlib.import_module(module)
         from jobs.provider import warm_up
 
         warm_up()
         super().__init__(*args, **kwargs)
+
+
+def lower_cpu_priority() -> None:
+    """Yield the CPU to the web processes on a shared host: take niceness `WORKER_NICE`, once per
+    process (its forks and threads inherit it). Never raises the priority."""
+    if settings.WORKER_NICE and os.getpriority(os.PRIO_PROCESS, 0) < settings.WORKER_NICE:
+        os.nice(settings.WORKER_NICE - os.getpriority(os.PRIO_PROCESS, 0))
 
 
 def runs_on_threads(queues: Iterable[Any] | str) -> bool:
