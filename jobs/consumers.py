@@ -71,3 +71,9 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def job_updated(self, message: dict[str, Any]) -> None:
         await self.send_json({"type": message["type"], "job": message["job"]})
+
+    async def pipeline_step_completed(self, message: dict[str, Any]) -> None:
+        """Pipeline events (pipelines/events.py) go to their owner's group only."""
+        await self.send_json({"type": message["type"], "pipeline": message["pipeline"]})
+
+    pipeline_finished = pipeline_step_completed

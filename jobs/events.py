@@ -21,7 +21,7 @@ from jobs.models import LlmJob
 from jobs.transitions import Transition, on_transition
 from llmops.queues import all_jobs_group, job_events_group, job_group
 
-__all__ = ["event_for", "publish_job_event"]
+__all__ = ["event_for", "publish_event", "publish_job_event"]
 
 logger = logging.getLogger("jobs.events")
 
@@ -96,6 +96,12 @@ def publish_job_event(job: LlmJob) -> bool:
     """Hand the job's event to the channel layer; False (logged) when it did not go in time."""
     message = event_for(job)
     groups = [job_events_group(job.user_id), job_group(job.id), all_jobs_group()]
+    return publish_event(groups, message, about=f"job {job.id}")
+
+
+def publish_event(groups: list[str], message: dict[str, Any], *, about: str) -> bool:
+    """Hand any event (a job's, a pipeline's) to the channel layer through this process's one
+    sender, in order; False (logged, naming ``about``) when it did not go in time."""
     future = _get_sender().send(groups, message)
     try:
         future.result(timeout=settings.JOB_EVENTS_PUBLISH_TIMEOUT)
@@ -103,7 +109,7 @@ def publish_job_event(job: LlmJob) -> bool:
         # Timeout or layer error: the event is lost, the job is not. The sender keeps order,
         # so a slow hand-off is abandoned rather than overtaken by the next event.
         future.cancel()
-        logger.warning("job %s event not published: %r", job.id, exc)
+        logger.warning("%s event not published: %r", about, exc)
         return False
     return True
 

@@ -377,6 +377,10 @@ if LLM_PROVIDER_READ_TIMEOUT >= LLM_JOB_TIMEOUT:
 LLM_MAX_REQUEST_BYTES = envint("LLM_MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(LLM_MAX_REQUEST_BYTES + 1, 2_621_440)
 LLM_MAX_ATTEMPTS = envint("LLM_MAX_ATTEMPTS", 10, minimum=1)
+PIPELINE_MAX_STEPS = envint("PIPELINE_MAX_STEPS", 20, minimum=1)
+"""Most steps in one pipeline (pipelines/validation.py). Steps run one after the other, each a
+provider call of seconds to minutes, so 20 is already a long chain; the body is bounded by
+LLM_MAX_REQUEST_BYTES as well."""
 LLM_RETRY_SCHEDULES: dict[str, list[float]] = envjson("LLM_RETRY_SCHEDULES", {})
 """Overrides per failure class, e.g. {"overloaded": [15, 60, 180]}; see jobs/retry_policy.py."""
 LLM_RETRY_JITTER = envfloat("LLM_RETRY_JITTER", 0.30, minimum=0.0)
