@@ -1,3 +1,11 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []
+from pipelines.apis import PipelineCancelApi, PipelineDetailApi, PipelineListCreateApi
+
+app_name = "pipelines"
+
+urlpatterns = [
+    path("", PipelineListCreateApi.as_view(), name="pipeline-list"),
+    path("<str:pipeline_id>/", PipelineDetailApi.as_view(), name="pipeline-detail"),
+    path("<str:pipeline_id>/cancel/", PipelineCancelApi.as_view(), name="pipeline-cancel"),
+]

@@ -1,0 +1,52 @@
+from decimal import Decimal
+from uuid import UUID
+
+from django.contrib.auth.models import User
+from django.db.models import DecimalField, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce
+
+from jobs.models import LlmJob
+from llmops.errors import NotFound, ValidationFailed
+from pipelines.models import Pipeline, PipelineStep
+
+__all__ = ["pipeline_get_for_user", "pipeline_list_for_user", "pipeline_steps"]
+
+_COST: DecimalField = DecimalField(max_digits=16, decimal_places=6)
+
+
+def pipeline_get_for_user(*, user: User, pipeline_id: UUID) -> Pipeline:
+    """The user's own pipeline, or any for staff; another user's is indistinguishable from a
+    missing one."""
+    pipelines = Pipeline.objects.all() if user.is_staff else Pipeline.objects.filter(user=user)
+    pipeline = pipelines.filter(id=pipeline_id).first()
+    if pipeline is None:
+        raise NotFound("No such pipeline.", code="pipeline_not_found")
+    return pipeline
+
+
+def pipeline_steps(*, pipeline: Pipeline) -> list[PipelineStep]:
+    """Its steps in order with their jobs, in one query; the jobs' request columns (messages
+    with the previous outputs filled in) stay unread."""
+    return list(
+        PipelineStep.objects.filter(pipeline=pipeline)
+        .select_related("job")
+        .defer(*(f"job__{field}" for field in LlmJob.REQUEST_FIELDS))
+        .order_by("index")
+    )
+
+
+def pipeline_list_for_user(*, user: User, status: str | None = None) -> QuerySet[Pipeline]:
+    """The user's own pipelines, newest first, each with ``cost_usd``: what its steps' jobs cost
+    so far (the sum of their ledger rows, as each job's ``cost_usd``)."""
+    pipelines = Pipeline.objects.filter(user=user)
+    if status:
+        if status not in Pipeline.Status.values:
+            raise ValidationFailed(
+                f"status must be one of {', '.join(Pipeline.Status.values)}.",
+                code="invalid_filter",
+                detail={"field": "status"},
+            )
+        pipelines = pipelines.filter(status=status)
+    return pipelines.annotate(
+        cost_usd=Coalesce(Sum("steps__job__cost_usd"), Value(Decimal(0)), output_field=_COST)
+    ).order_by("-created_at", "-id")

@@ -1,0 +1,108 @@
+"""Validation of a submitted pipeline: every step by the rules of a job, all at once.
+
+Each step is checked by the same functions as ``POST /api/v1/jobs/`` (jobs/validation.py and
+jobs/admission.py), so a step is accepted exactly when the same body would be accepted as a job.
+One bad step refuses the whole pipeline, naming every bad step, and nothing is written.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+
+from jobs.admission import check_against_price_table, check_budgets_not_spent
+from jobs.validation import validate_job_request
+from llmops.errors import LimitExceeded, ValidationFailed
+from pipelines.placeholders import uses_previous
+
+__all__ = ["MARKER_KEY", "MAX_NAME_LENGTH", "PipelineRequest", "validate_pipeline_request"]
+
+ALLOWED_FIELDS = {"name", "steps"}
+MAX_NAME_LENGTH = 200
+MARKER_KEY = "llmops_pipeline"
+"""The key of a step job's ``metadata`` that says which pipeline and step it runs
+(``{"id": "<pipeline id>", "step": <index>}``); reserved, so a step may not send it."""
+
+
+@dataclass(frozen=True)
+class PipelineRequest:
+    name: str
+    steps: list[dict[str, Any]]
+
+
+def _step_problem(index: int, body: Any) -> dict[str, Any] | None:
+    try:
+        request = validate_job_request(body)
+        check_against_price_table(model=request.model, max_tokens=request.max_tokens)
+        if MARKER_KEY in (request.metadata or {}):
+            raise ValidationFailed(
+                f"metadata.{MARKER_KEY} is reserved: the pipeline sets it on the step's job.",
+                code="invalid_metadata",
+                detail={"field": f"metadata.{MARKER_KEY}"},
+            )
+        if index == 0 and uses_previous(body):
+            raise ValidationFailed(
+                "The first step has no previous step to fill {{previous}} with.",
+                code="invalid_previous",
+                detail={"field": "messages"},
+            )
+    except ValidationFailed as exc:
+        return {"index": index, "code": exc.code, "message": exc.message, "detail": exc.detail}
+    return None
+
+
+def _check_budgets(steps: list[dict[str, Any]], user: User) -> None:
+    """429 ``budget_exceeded`` as for a job if a budget of a step's feature or of the user is
+    spent, with ``detail.steps`` naming the steps of the refused feature."""
+    features: dict[str, list[int]] = {}
+    for index, body in enumerate(steps):
+        features.setdefault(body["feature"], []).append(index)
+    for feature, indexes in features.items():
+        try:
+            check_budgets_not_spent(feature=feature, user=user)
+        except LimitExceeded as exc:
+            raise LimitExceeded(
+                exc.message,
+                code=exc.code,
+                detail={**(exc.detail or {}), "steps": indexes},
+                headers=exc.headers,
+            ) from exc
+
+
+def validate_pipeline_request(data: Any, *, user: User) -> PipelineRequest:
+    if not isinstance(data, dict):
+        raise ValidationFailed("The body must be a JSON object.", code="invalid_body")
+    unknown = sorted(set(data) - ALLOWED_FIELDS)
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown fields: {', '.join(unknown)}.",
+            code="unknown_field",
+            detail={"fields": unknown},
+        )
+    name = data.get("name")
+    if name is None:
+        name = ""
+    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH:
+        raise ValidationFailed(
+            f"name must be a string of at most {MAX_NAME_LENGTH} characters.",
+            code="invalid_name",
+            detail={"field": "name"},
+        )
+    maximum = settings.PIPELINE_MAX_STEPS
+    steps = data.get("steps")
+    if not isinstance(steps, list) or not 1 <= len(steps) <= maximum:
+        raise ValidationFailed(
+            f"steps must be a list of 1 to {maximum} job bodies.",
+            code="invalid_steps",
+            detail={"field": "steps", "maximum": maximum},
+        )
+    problems = [p for i, body in enumerate(steps) if (p := _step_problem(i, body)) is not None]
+    if problems:
+        raise ValidationFailed(
+            f"{len(problems)} of {len(steps)} steps are invalid; nothing was created.",
+            code="invalid_step",
+            detail={"steps": problems},
+        )
+    _check_budgets(steps, user)
+    return PipelineRequest(name=name.strip(), steps=steps)
