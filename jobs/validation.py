@@ -57,7 +57,8 @@ def _fail(code: str, message: str, field: str) -> ValidationFailed:
 
 
 def _check_inline(source: dict[str, Any], *, where: str, media_types: set[str]) -> None:
-    if source.get("media_type") not in media_types:
+    # An object or a list is no media type (and unhashable: no set lookup for it).
+    if not isinstance(source.get("media_type"), str) or source["media_type"] not in media_types:
         allowed = ", ".join(sorted(media_types))
         raise _fail("invalid_messages", f"{where}.media_type must be one of {allowed}.", where)
     if not isinstance(source.get("data"), str) or not source["data"]:
@@ -162,7 +163,7 @@ def _validate_messages(value: Any) -> list[dict[str, Any]]:
             raise _fail(
                 "invalid_messages", f"{where} has fields other than role and content.", where
             )
-        if message.get("role") not in ROLES:
+        if not isinstance(message.get("role"), str) or message["role"] not in ROLES:
             raise _fail("invalid_messages", f"{where}.role must be 'user' or 'assistant'.", where)
         content = message.get("content")
         if isinstance(content, str):

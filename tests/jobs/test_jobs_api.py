@@ -105,6 +105,8 @@ def test_another_users_job_is_not_found(alice_client, bob_client):
         ({"messages": []}, "invalid_messages"),
         ({"messages": "hello"}, "invalid_messages"),
         ({"messages": [{"role": "robot", "content": "hi"}]}, "invalid_messages"),
+        ({"messages": [{"role": {}, "content": "hi"}]}, "invalid_messages"),
+        ({"messages": [{"role": ["user"], "content": "hi"}]}, "invalid_messages"),
         ({"messages": [{"role": "user", "content": ""}]}, "invalid_messages"),
         ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "invalid_messages"),
         ({"messages": [{"role": "user", "content": [{"type": "bogus"}]}]}, "invalid_messages"),

@@ -51,6 +51,10 @@ BASE64_IMAGE = image({"type": "base64", "media_type": "image/png", "data": PNG})
             "messages[0].content[0].source",
         ),
         (
+            user(image({"type": "base64", "media_type": ["image/png"], "data": PNG})),
+            "messages[0].content[0].source",
+        ),
+        (
             user(image({"type": "base64", "media_type": "image/png", "data": ""})),
             "messages[0].content[0].source",
         ),
