@@ -140,6 +140,10 @@ def _finish(pipeline: Pipeline, status: str) -> None:
 def _in_a_pipeline(job: LlmJob) -> bool:
     """The marker its step put in the job's metadata: tested without a query. Only a hint (a
     caller could send the key on a plain job); the step's row decides."""
+    if "metadata" in job.get_deferred_fields():
+        # A caller that left the column unread (a list, a bulk action): reading it would cost a
+        # query per job anyway, so the step's unique index answers instead.
+        return True
     metadata = job.metadata
     return isinstance(metadata, dict) and MARKER_KEY in metadata
 

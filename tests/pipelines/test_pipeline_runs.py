@@ -172,3 +172,22 @@ def test_a_job_outside_any_pipeline_pays_no_query_for_pipelines(alice_client, wo
     assert job.status == "completed"
     assert not [q["sql"] for q in queries if "pipelines_" in q["sql"]]
     assert Pipeline.objects.count() == 0
+
+
+def test_a_step_the_reconciler_dead_letters_fails_the_pipeline(alice_client, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.services import job_claim, job_recover
+
+    settings.LLM_MAX_ATTEMPTS = 1  # the lost attempt was the last one: recovered into the DLQ
+    pipeline = create_pipeline(alice_client, three_steps())
+    first = pipeline.steps.get(index=0).job
+    job_claim(job_id=str(first.id))
+    recovered = job_recover(job_id=first.id, stale_before=timezone.now() + timedelta(seconds=1))
+    assert recovered is not None and recovered.status == "failed"
+    body = detail(alice_client, pipeline)
+    assert body["status"] == "failed"
+    assert statuses(body) == ["failed", "cancelled", "cancelled"]
+    assert body["steps"][0]["error"]["code"] == "worker_lost"
