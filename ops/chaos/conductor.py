@@ -1,0 +1,217 @@
+"""The faults of a drill, moment by moment: ``tick(t)`` is called many times a second by the
+drill's loop and does whatever is due at ``t`` seconds, without ever blocking for long:
+
+- the fake provider's configuration: the 429, 529 and drop windows, the 401s, the long calls;
+- the 401s stop as soon as the breaker is open, and the breaker is closed a few seconds later
+  through ``breaker_close``, as the admin action does;
+- kill -9 of the llm worker that runs the rq scheduler, once it has calls in flight, then
+  watching llmops.respawn start it again;
+- FLUSHDB, noting who held the scheduler lock and which jobs were waiting.
+"""
+
+import os
+from collections.abc import Callable
+
+from django.contrib.auth.models import User
+
+from ops.chaos import events
+from ops.chaos.plan import (
+    LONG_CALL_SECONDS,
+    STALE_AFTER_SECONDS,
+    DrillOptions,
+    Phase,
+    breaker_hold_seconds,
+)
+from ops.chaos.processes import Process, Stack, descendants
+from ops.chaos.provider import FakeProvider
+from ops.chaos.record import BreakerEvent, DrillRecord, FlushEvent, KillEvent, LongCallEvent
+
+__all__ = ["Conductor"]
+
+FAULT_401_MAX_SECONDS = 5.0
+"""The 401s stop after this even if the breaker never opened (the check then says so)."""
+KILL_WAIT_SECONDS = 10.0
+"""The kill waits this long, at most, for its worker to have a call in flight."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Conductor:
+    def __init__(
+        self,
+        *,
+        options: DrillOptions,
+        record: DrillRecord,
+        stack: Stack,
+        provider: FakeProvider,
+        user: User,
+        say: Callable[[str], None],
+    ) -> None:
+        self.options, self.record, self.stack = options, record, stack
+        self.provider, self.user, self.say = provider, user, say
+        self.phases = {phase.kind: phase for phase in record.phases}
+        self.fault_401 = False
+        self.breaker_was_open = False
+        self.kill_target: Process | None = None
+        self.kill_worker_pid: int | None = None
+        self.kill_waiting_since: float | None = None
+
+    # --- the provider's configuration ------------------------------------------------------
+
+    def _provider_config(self, t: float) -> tuple[dict[str, float], str]:
+        faults: dict[str, float] = {}
+        if self.fault_401:
+            faults["401"] = 1.0
+        for kind, rate in (
+            ("529", 1.0),
+            ("429", self.options.rate_429),
+            ("drop", self.options.drop_rate),
+        ):
+            phase = self.phases.get(kind)
+            if phase is not None and phase.active(t):
+                faults[kind] = rate
+        latency = self.options.latency_ms
+        long_call = self.phases.get("long")
+        if long_call is not None and long_call.active(t):
+            latency = f"{LONG_CALL_SECONDS * 1000:.0f}"
+            if self.record.long_call is None:
+                self.record.long_call = LongCallEvent(t, LONG_CALL_SECONDS, STALE_AFTER_SECONDS)
+                self.say(f"{t:6.1f}s  long calls: {LONG_CALL_SECONDS:g} s each for 1 s of arrivals")
+        return faults, latency
+
+    def tick(self, t: float) -> None:
+        self._breaker(t)
+        self._kill(t)
+        self._flush(t)
+        faults, latency = self._provider_config(t)
+        self.provider.configure(faults=faults, latency_ms=latency)
+
+    def done(self, t: float) -> bool:
+        """Every event of the plan has happened (or given up)."""
+        pending = [
+            kind
+            for kind, event in (
+                ("401", self.record.breaker),
+                ("kill", self.record.kill),
+                ("flush", self.record.flush),
+                ("long", self.record.long_call),
+            )
+            if kind in self.phases and event is None
+        ]
+        breaker = self.record.breaker
+        return (
+            not pending
+            and not self.fault_401
+            and not (breaker is not None and self.breaker_was_open)
+        )
+
+    # --- 401s and the circuit breaker ----------------------------------------------------------
+
+    def _breaker(self, t: float) -> None:
+        phase = self.phases.get("401")
+        if phase is None:
+            return
+        event = self.record.breaker
+        if event is None:
+            if t < phase.start:
+                return
+            event = self.record.breaker = BreakerEvent(fault_at=t)
+            self.fault_401 = True
+            self.say(f"{t:6.1f}s  401s on every call until the circuit breaker opens")
+        breaker = events.breaker_now()
+        is_open = breaker is not None and breaker.is_open
+        if is_open and not self.breaker_was_open:
+            assert breaker is not None
+            self.breaker_was_open = True
+            event.openings += 1
+            if event.opened_at is None:
+                event.opened_at, event.reason = t, breaker.reason_code
+            self.fault_401 = False
+            self.say(f"{t:6.1f}s  breaker OPEN ({breaker.reason_code}); 401s stopped")
+        elif not is_open and self.breaker_was_open:
+            self.breaker_was_open = False
+            if event.closed_at is None:  # closed by someone else: a probe, staff
+                event.closed_at = t
+                event.closed_by = str(breaker.close_reason if breaker else "")
+        if self.fault_401 and t > event.fault_at + FAULT_401_MAX_SECONDS:
+            self.fault_401 = False
+            self.say(f"{t:6.1f}s  401s stopped: the breaker did not open")
+        hold = breaker_hold_seconds(self.options)
+        if is_open and event.opened_at is not None and t >= event.opened_at + hold:
+            if event.closed_at is None and events.breaker_close_as_staff(user=self.user):
+                event.closed_at, event.closed_by_drill = t, True
+                event.closed_by = self.user.get_username()
+                self.breaker_was_open = False
+                self.say(f"{t:6.1f}s  breaker closed by the drill (breaker_close, as the admin)")
+
+    # --- kill -9 -------------------------------------------------------------------------------
+
+    def _kill_target(self) -> tuple[Process, int, bool]:
+        """The llm worker whose process tree holds the rq scheduler, else the first."""
+        _, scheduler_pid = events.scheduler_holder_pid()
+        workers = self.stack.named("worker_llm")
+        for process in workers:
+            pid = process.command_pid()
+            if pid and scheduler_pid and scheduler_pid in (pid, *descendants(pid)):
+                return process, pid, True
+        process = workers[0]
+        return process, process.command_pid() or 0, False
+
+    def _kill(self, t: float) -> None:
+        phase = self.phases.get("kill")
+        if phase is None or t < phase.start:
+            return
+        event = self.record.kill
+        if event is None:
+            if self.kill_waiting_since is None:
+                self.kill_waiting_since = t
+            process, worker_pid, held = self._kill_target()
+            in_flight = events.in_flight_jobs(worker_pid=worker_pid) if worker_pid else []
+            if not in_flight and t < self.kill_waiting_since + KILL_WAIT_SECONDS:
+                return  # wait for the worker to have calls in flight
+            killed = self.stack.kill_command(process)
+            if killed is None:
+                return
+            self.record.kill = KillEvent(t, process.name, killed, held, in_flight)
+            self.kill_target = process
+            self.say(
+                f"{t:6.1f}s  kill -9 {process.name} (pid {killed}"
+                f"{', the rq scheduler' if held else ''}) with {len(in_flight)} call(s) in flight"
+            )
+            return
+        if event.restarted_after is None and self.kill_target is not None:
+            pid = self.kill_target.command_pid()
+            if pid is not None and pid != event.pid:
+                event.restarted_after = t - event.at
+                self.say(f"{t:6.1f}s  {event.process} restarted by respawn (pid {pid})")
+
+    # --- FLUSHDB -------------------------------------------------------------------------------
+
+    def _flush(self, t: float) -> None:
+        phase = self.phases.get("flush")
+        if phase is None or t < phase.start or self.record.flush is not None:
+            return
+        name, pid = events.scheduler_holder_pid()
+        if not name:
+            holder, running = "no scheduler held the llm queue's lock", False
+        elif pid is None or not _alive(pid):
+            holder = f"the lock was held by a dead scheduler (pid {pid or '?'})"
+            running = False
+        else:
+            holder, running = f"a live scheduler held the lock (pid {pid})", True
+        waiting = events.waiting_jobs(job_ids=self.record.job_ids)
+        keys = events.redis_flush()
+        self.record.flush = FlushEvent(t, keys, holder, running, waiting)
+        self.say(f"{t:6.1f}s  FLUSHDB ({keys} keys, {len(waiting)} jobs waiting; {holder})")
+
+
+def active_faults(phases: list[Phase], t: float) -> list[str]:
+    return [phase.kind for phase in phases if phase.end is not None and phase.active(t)]

@@ -1,0 +1,283 @@
+"""One chaos drill, start to end: refuse or set up, start the system, load it while the
+conductor breaks things, wait for every job to end, let the alerts settle, stop everything,
+and hand what happened to the checks before taking the drill's set-up away again.
+
+Whatever happens (a check failing, an error, Ctrl-C, SIGTERM), every process started here is
+stopped and the alert routes and budget made for the drill are removed.
+"""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import TypeVar
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db.models import Count
+from django.utils import timezone
+
+from alerts.models import AlertDelivery, AlertFingerprint, FailureRecord
+from jobs.models import LlmJob
+from jobs.services import job_submit
+from ops.chaos import events
+from ops.chaos.conductor import Conductor, active_faults
+from ops.chaos.plan import DrillOptions, knobs, timeline
+from ops.chaos.processes import ROOT, Stack, wait_until
+from ops.chaos.provider import FakeProvider
+from ops.chaos.receiver import AlertReceiver, routes_install, routes_remove
+from ops.chaos.record import DrillRecord
+from ops.chaos.safety import Refused, database_url, production_signs, redis_description
+from ops.chaos.setup import drill_budget_create, drill_budget_remove, drill_user_ensure
+
+__all__ = ["Drill"]
+
+T = TypeVar("T")
+
+FEATURES = ("chaos-classify", "chaos-summarize", "chaos-extract")
+MODELS = ("claude-haiku-4-5", "claude-sonnet-4-6")
+PROGRESS_SECONDS = 15.0
+SETTLE_SECONDS = 180.0
+"""Alerts get this long after the drain: a failure alert lost in the flush is put back by the
+monitor after two minutes (alerts/dispatch.py, UNALERTED_FAILURE_GRACE_SECONDS)."""
+
+
+@contextmanager
+def _quiet_logs() -> Iterator[None]:
+    """This process submits thousands of jobs: one log line per transition would bury the
+    drill's own lines. Warnings still show; the processes started log everything to files."""
+    root = logging.getLogger()
+    previous = root.level
+    root.setLevel(max(previous, logging.WARNING))
+    try:
+        yield
+    finally:
+        root.setLevel(previous)
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends a drill like Ctrl-C does: through the cleanup, never around it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Drill:
+    def __init__(self, options: DrillOptions, *, say: Callable[[str], None]) -> None:
+        self.options, self.say = options, say
+        self.user: User | None = None
+        self._clock = time.monotonic()
+        self._last_progress = -PROGRESS_SECONDS
+
+    def run(self, evaluate: Callable[[DrillRecord], T]) -> T:
+        """Run the drill; ``evaluate(record)`` runs at its end, before the set-up is removed.
+        Raises Refused before touching anything when this does not look like a safe place."""
+        signs = production_signs()
+        if signs and not self.options.yes_really:
+            raise Refused(
+                "this looks like a system in use; the drill would FLUSHDB its Redis, fill its "
+                "database with jobs and page its on-call:\n  - "
+                + "\n  - ".join(signs)
+                + "\nPoint DATABASE_URL and REDIS_URL at a scratch database (make chaos does), "
+                "or pass --yes-really."
+            )
+        record = DrillRecord(
+            options=self.options,
+            phases=timeline(self.options),
+            knobs=knobs(self.options),
+            started_at=timezone.now(),
+            database=database_url().rsplit("@", 1)[-1],
+            redis=redis_description(),
+        )
+        record.notes += [f"overridden by --yes-really: {sign}" for sign in signs]
+        log_dir = self.options.log_dir or Path(tempfile.mkdtemp(prefix="llm_chaos-"))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        record.log_dir = str(log_dir)
+        with _sigterm_as_interrupt(), _quiet_logs(), ExitStack() as cleanup:
+            user = self.user = drill_user_ensure()
+            record.user_id = user.id
+            budget = drill_budget_create(user=user)
+            record.budget_id = budget.id
+            cleanup.callback(drill_budget_remove, budget_id=budget.id)
+            receiver = AlertReceiver()
+            receiver.start()
+            cleanup.callback(receiver.stop)
+            record.route_ids = routes_install(url=receiver.url)
+            cleanup.callback(routes_remove, route_ids=record.route_ids)
+            stack = Stack(self._environment(), log_dir)
+            cleanup.callback(stack.stop)
+            provider = self._start(stack)
+            conductor = Conductor(
+                options=self.options,
+                record=record,
+                stack=stack,
+                provider=provider,
+                user=user,
+                say=self.say,
+            )
+            self._load(record, conductor, stack)
+            self._drain(record, conductor)
+            self._settle(record)
+            record.billing = provider.billing()
+            record.provider_stats = provider.stats()
+            record.processes_died = stack.died()
+            self.say("stopping the drill's processes")
+            stack.stop()
+            record.metrics_command = self._metrics_check(stack.env)
+            record.received = receiver.snapshot()
+            return evaluate(record)
+        raise AssertionError("unreachable")  # pragma: no cover - ExitStack does not swallow
+
+    # --- start ---------------------------------------------------------------------------------
+
+    def _environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+        env.update(
+            DATABASE_URL=database_url(),
+            REDIS_URL=settings.REDIS_URL,
+            PYTHONUNBUFFERED="1",
+            LOG_LEVEL="INFO",
+        )
+        env.update({knob.setting: knob.value for knob in knobs(self.options)})
+        return env
+
+    def _start(self, stack: Stack) -> FakeProvider:
+        options = self.options
+        provider = FakeProvider.start(stack, latency_ms=options.latency_ms, seed=options.seed)
+        stack.env["ANTHROPIC_BASE_URL"] = provider.url
+        for index in range(options.llm_workers):
+            stack.start_procfile("worker_llm", label=f"worker_llm_{index}")
+        for name in ("worker_default", "reconciler", "monitor"):
+            stack.start_procfile(name)
+        started = wait_until(
+            lambda: len(events.llm_worker_pids()) >= options.llm_workers, timeout=120, every=0.5
+        )
+        if not started:
+            raise RuntimeError(f"the llm workers did not start:\n{stack.log_tails()}")
+        self.say(
+            f"started: fake provider {provider.url}, {options.llm_workers} llm workers, "
+            f"worker_default, reconciler, monitor (logs in {stack.log_dir})"
+        )
+        return provider
+
+    # --- load, drain, settle -------------------------------------------------------------------
+
+    def _submit(self, record: DrillRecord, index: int) -> None:
+        assert self.user is not None
+        job, _ = job_submit(
+            user=self.user,
+            data={
+                "feature": FEATURES[index % len(FEATURES)],
+                "model": MODELS[index % len(MODELS)],
+                "messages": [
+                    {"role": "user", "content": f"Chaos drill job {index}: classify a ticket."}
+                ],
+                "max_tokens": 128,
+            },
+        )
+        record.job_ids.append(str(job.id))
+
+    def _load(self, record: DrillRecord, conductor: Conductor, stack: Stack) -> None:
+        options = self.options
+        self.say(
+            f"load: {options.jobs} jobs over {options.duration:g} s; faults: "
+            + (", ".join(p.describe() for p in record.phases) or "none")
+        )
+        started = time.monotonic()
+        self._clock = started
+        submitted, next_watch = 0, 0.0
+        while True:
+            t = time.monotonic() - started
+            due = min(options.jobs, int(t / options.duration * options.jobs) + 1)
+            while submitted < due:
+                self._submit(record, submitted)
+                submitted += 1
+            conductor.tick(t)
+            if t >= next_watch:
+                next_watch = t + 2.0
+                stack.watch()
+                self._sample(record, t)
+            if t >= options.duration and submitted == options.jobs and conductor.done(t):
+                break
+            time.sleep(0.05)
+        record.load_seconds = time.monotonic() - started
+
+    def _sample(self, record: DrillRecord, t: float) -> None:
+        """Negative values are looked for all along, not only at the end; progress too."""
+        if int(t / 2) % 3 == 0:
+            record.negative_samples += 1
+            record.negatives_seen += events.negative_values(
+                job_ids=record.job_ids, budget_id=record.budget_id
+            )
+        if t - self._last_progress >= PROGRESS_SECONDS:
+            self._last_progress = t
+            counts = dict(
+                LlmJob.objects.filter(id__in=record.job_ids)
+                .values_list("status")
+                .annotate(n=Count("id"))
+                .values_list("status", "n")
+            )
+            shown = " ".join(f"{status} {n}" for status, n in sorted(counts.items()))
+            faults = ",".join(active_faults(record.phases, t)) or "-"
+            self.say(f"{t:6.1f}s  jobs {len(record.job_ids)}: {shown}  (faults: {faults})")
+
+    def _drain(self, record: DrillRecord, conductor: Conductor) -> None:
+        started = time.monotonic()
+        deadline = started + self.options.drain_timeout
+        while time.monotonic() < deadline:
+            t = time.monotonic() - self._clock
+            conductor.tick(t)
+            self._sample(record, t)
+            left = LlmJob.objects.filter(id__in=record.job_ids).exclude(
+                status__in=LlmJob.FINAL_STATUSES
+            )
+            if not left.exists():
+                break
+            time.sleep(1.0)
+        record.drain_seconds = time.monotonic() - started
+        self.say(f"drain: {record.drain_seconds:.0f} s after the load")
+
+    def _settle(self, record: DrillRecord) -> None:
+        """Until every failure of the drill is alerted, every delivery made and every condition
+        that fired (a queue's wait, an overdue retry) resolved again, or SETTLE_SECONDS."""
+
+        def settled() -> bool:
+            unalerted = FailureRecord.objects.filter(
+                job_id__in=record.job_ids, alerted_at=None, state=FailureRecord.State.OPEN
+            )
+            pending = AlertDelivery.objects.filter(
+                state=AlertDelivery.State.PENDING, created_at__gte=record.started_at
+            )
+            firing = AlertFingerprint.objects.filter(active=True).exclude(
+                fingerprint__startswith="failure:"
+            )
+            return not (unalerted.exists() or pending.exists() or firing.exists())
+
+        started = time.monotonic()
+        wait_until(settled, timeout=SETTLE_SECONDS, every=1.0)
+        self.say(f"alerts settled after {time.monotonic() - started:.0f} s")
+
+    def _metrics_check(self, env: dict[str, str]) -> tuple[int, str]:
+        done = subprocess.run(
+            [sys.executable, "manage.py", "llm_metrics", "--check"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        return done.returncode, (done.stdout + done.stderr).strip()

@@ -1,0 +1,226 @@
+"""The drill's checks on alerts and on the faults themselves.
+
+Alerts, as the receiver got them over HTTP:
+- each CRITICAL condition (a dead-letter fingerprint: severity, reason, feature, model) paged
+  exactly once, however many jobs failed that way;
+- the storms that passed (429s, 529s, dropped connections, the killed worker, the flush) paged
+  nobody: no job dead-lettered for a transient reason, no ERROR or CRITICAL alert other than
+  the CRITICAL conditions, and every WARNING condition that fired resolved again.
+
+Faults: each one in the mix really happened, and the system came back from it (the breaker
+opened once and the drill closed it; the killed worker was restarted and its jobs recovered;
+the flush found no rq scheduler running and every job it emptied Redis of ended; the long calls
+ran once each).
+"""
+
+from collections import Counter
+
+from django.db.models import Q
+
+from alerts.models import FailureRecord, Severity
+from alerts.notifications import failure_record_fingerprint
+from jobs.models import LlmJob
+from jobs.retry_policy import DEFAULT_SCHEDULES
+from ledger.models import CostEntry
+from ops.chaos.checks import Check
+from ops.chaos.record import DrillRecord
+
+__all__ = ["alert_checks", "fault_checks"]
+
+
+def _critical_fingerprints(record: DrillRecord) -> set[str]:
+    failures = FailureRecord.objects.filter(
+        job_id__in=record.job_ids, severity=Severity.CRITICAL
+    ).select_related("job")
+    return {failure_record_fingerprint(failure=failure) for failure in failures}
+
+
+def _paged_once(record: DrillRecord) -> Check:
+    critical = _critical_fingerprints(record)
+    pages = Counter(
+        r.fingerprint
+        for r in record.received
+        if r.action == "trigger" and r.severity == Severity.CRITICAL
+    )
+    unpaged = critical - set(pages)
+    repeated = {fp: n for fp, n in pages.items() if n > 1}
+    stray = set(pages) - critical
+    expected = record.options.has("401")
+    passed = not unpaged and not repeated and not stray and (bool(critical) or not expected)
+    shown = ", ".join(f"{fp.split(':', 2)[2]} x{pages.get(fp, 0)}" for fp in sorted(critical))
+    return Check(
+        "CRITICAL paged once",
+        passed,
+        f"{len(critical)} CRITICAL condition(s), pages received: {shown or 'none'}"
+        + (f"; {len(unpaged)} never paged" if unpaged else "")
+        + (f"; {len(repeated)} paged more than once" if repeated else "")
+        + (f"; {len(stray)} pages for no CRITICAL dead letter" if stray else ""),
+    )
+
+
+def _storms_quiet(record: DrillRecord) -> Check:
+    transient = FailureRecord.objects.filter(
+        job_id__in=record.job_ids, reason_code__in=list(DEFAULT_SCHEDULES)
+    )
+    reasons = Counter(transient.values_list("reason_code", flat=True))
+    critical = _critical_fingerprints(record)
+    loud = [
+        r
+        for r in record.received
+        if r.action == "trigger"
+        and r.severity in (Severity.ERROR, Severity.CRITICAL)
+        and r.fingerprint not in critical
+    ]
+    warnings = (
+        {r.fingerprint for r in record.received if r.action == "trigger"}
+        - critical
+        - {r.fingerprint for r in loud}
+    )
+    resolved = {r.fingerprint for r in record.received if r.action == "resolve"}
+    unresolved = warnings - resolved
+    passed = not reasons and not loud and not unresolved
+    return Check(
+        "storms paged nobody",
+        passed,
+        f"{sum(reasons.values())} dead letters for transient reasons"
+        + (f" ({dict(reasons)})" if reasons else "")
+        + f", {len(loud)} ERROR/CRITICAL pages beside the CRITICAL conditions"
+        + (f" (e.g. {loud[0].fingerprint})" if loud else "")
+        + f"; {len(warnings)} WARNING condition(s) fired, {len(warnings & resolved)} resolved"
+        + (f" ({', '.join(sorted(warnings))})" if warnings else ""),
+    )
+
+
+def alert_checks(record: DrillRecord) -> list[Check]:
+    return [_paged_once(record), _storms_quiet(record)]
+
+
+# --- the faults --------------------------------------------------------------------------------
+
+
+def _ledger_rows(record: DrillRecord, **filters: object) -> tuple[int, set[str]]:
+    rows = CostEntry.objects.filter(job_id__in=record.job_ids, entry_type="attempt", **filters)
+    jobs = {str(job) for job in rows.values_list("job_id", flat=True)}
+    return rows.count(), jobs
+
+
+def _all_final(job_ids: set[str] | list[str]) -> tuple[int, int]:
+    """(how many of them are final, how many completed)."""
+    jobs = LlmJob.objects.filter(id__in=list(job_ids))
+    return (
+        jobs.filter(status__in=LlmJob.FINAL_STATUSES).count(),
+        jobs.filter(status=LlmJob.Status.COMPLETED).count(),
+    )
+
+
+def _storm(record: DrillRecord, label: str, served: int, reason: str) -> Check:
+    attempts, jobs = _ledger_rows(record, reason_code=reason)
+    final, completed = _all_final(jobs)
+    return Check(
+        label,
+        served > 0 and attempts > 0 and final == len(jobs),
+        f"provider {served}, ledger {attempts} attempts ({reason}) of {len(jobs)} jobs: "
+        f"{completed} completed, {final - completed} failed, {len(jobs) - final} not final",
+    )
+
+
+def _breaker(record: DrillRecord) -> Check:
+    event = record.breaker
+    if event is None or event.opened_at is None:
+        return Check("breaker opened once, closed", False, "the breaker never opened")
+    failed_401 = FailureRecord.objects.filter(
+        job_id__in=record.job_ids, reason_code=event.reason
+    ).count()
+    held_for = (event.closed_at or 0) - event.opened_at
+    closer = (
+        "by the drill (breaker_close, as the admin action)"
+        if event.closed_by_drill
+        else (f"by {event.closed_by or 'nobody'}")
+    )
+    return Check(
+        "breaker opened once, closed",
+        event.openings == 1 and event.closed_by_drill,
+        f"opened {event.openings}x ({event.reason}) at {event.opened_at:.0f} s, "
+        f"{failed_401} job(s) dead-lettered with it; closed after {held_for:.1f} s {closer}",
+    )
+
+
+def _kill(record: DrillRecord) -> Check:
+    event = record.kill
+    if event is None:
+        return Check("kill -9, restart", False, "no worker was killed")
+    _, lost = _ledger_rows(record, reason_code="worker_lost")
+    jobs = set(event.jobs_in_flight) | lost
+    final, completed = _all_final(jobs)
+    restarted = (
+        f"restarted after {event.restarted_after:.1f} s"
+        if event.restarted_after is not None
+        else "NOT restarted"
+    )
+    return Check(
+        "kill -9, restart",
+        event.restarted_after is not None and final == len(jobs),
+        f"{event.process} (pid {event.pid}{', rq scheduler' if event.held_scheduler else ''}) "
+        f"killed at {event.at:.0f} s with {len(event.jobs_in_flight)} call(s) in flight, "
+        f"{restarted}; {len(lost)} jobs recovered as worker_lost, {completed}/{len(jobs)} "
+        "completed",
+    )
+
+
+def _flush(record: DrillRecord) -> Check:
+    event = record.flush
+    if event is None:
+        return Check("FLUSHDB, no scheduler", False, "Redis was never flushed")
+    final, completed = _all_final(event.waiting_jobs)
+    scheduler_gone = not event.scheduler_running or not record.options.has("kill")
+    return Check(
+        "FLUSHDB, no scheduler",
+        scheduler_gone and final == len(event.waiting_jobs),
+        f"{event.keys} keys wiped at {event.at:.0f} s ({event.scheduler}); "
+        f"{len(event.waiting_jobs)} waiting jobs lost their RQ job: {completed} completed, "
+        f"{final - completed} failed, {len(event.waiting_jobs) - final} not final",
+    )
+
+
+def _long_calls(record: DrillRecord) -> Check:
+    event = record.long_call
+    if event is None:
+        return Check("long calls ran once", False, "no long call was made")
+    stale_ms = event.stale_after_seconds * 1000
+    long_rows = CostEntry.objects.filter(
+        job_id__in=record.job_ids, entry_type="attempt", latency_ms__gt=stale_ms
+    )
+    jobs = {str(job) for job in long_rows.values_list("job_id", flat=True)}
+    answered = long_rows.filter(outcome=CostEntry.Outcome.SUCCESS).count()
+    taken_over = CostEntry.objects.filter(
+        Q(job_id__in=list(jobs)), reason_code="worker_lost"
+    ).count()
+    return Check(
+        "long calls ran once",
+        bool(jobs) and answered == long_rows.count() and taken_over == 0,
+        f"{long_rows.count()} calls over the stale threshold ({event.stale_after_seconds:g} s), "
+        f"{answered} answered on their one attempt, {taken_over} taken over by the reconciler",
+    )
+
+
+def fault_checks(record: DrillRecord) -> list[Check]:
+    by_status = record.provider_stats.get("by_status", {})
+    checks = []
+    if record.options.has("429"):
+        served = by_status.get("429", 0)
+        checks.append(_storm(record, "429 storm ridden out", served, "rate_limited"))
+    if record.options.has("529"):
+        served = by_status.get("529", 0)
+        checks.append(_storm(record, "529 window ridden out", served, "overloaded"))
+    if record.options.has("drop"):
+        dropped = record.provider_stats.get("dropped", 0)
+        checks.append(_storm(record, "dropped connections", dropped, "connection_dropped"))
+    if record.options.has("401"):
+        checks.append(_breaker(record))
+    if record.options.has("kill"):
+        checks.append(_kill(record))
+    if record.options.has("flush"):
+        checks.append(_flush(record))
+    if record.options.has("long"):
+        checks.append(_long_calls(record))
+    return checks

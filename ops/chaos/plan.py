@@ -1,0 +1,184 @@
+"""What a drill does and when: its options, its timeline of faults, and the timing knobs it
+scales in the processes it starts.
+
+The production checklist's drill (point 7) runs for hours against a test environment: 429s on
+20 % of calls for five minutes, 529s for two minutes, connections cut mid-answer. Here the whole
+drill takes ``duration`` seconds of load (five minutes by default) and every fault gets a slice
+of it, in an order that keeps them apart: rate limits, overload, a few 401s (the breaker), a
+worker killed with -9, Redis flushed while no rq scheduler runs, a call longer than the stale
+threshold. Dropped connections run through most of it.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_DURATION",
+    "DEFAULT_JOBS",
+    "FAULT_KINDS",
+    "MIN_DURATION",
+    "DrillOptions",
+    "Knob",
+    "Phase",
+    "knobs",
+    "timeline",
+]
+
+FAULT_KINDS: dict[str, str] = {
+    "429": "429 rate limits on a share of calls (--rate-429) for a quarter of the drill",
+    "529": "529 overloaded on every call for an eighth of the drill",
+    "drop": "connections cut mid-answer (--drop-rate) through most of the drill",
+    "401": "401s until the circuit breaker opens; the drill closes it as the admin action does",
+    "kill": "the llm worker running the rq scheduler killed with -9 (respawn restarts it)",
+    "flush": "FLUSHDB of the system's Redis database while no rq scheduler runs",
+    "long": "calls that outlive the stale threshold (the heartbeat must keep them)",
+}
+"""Every fault kind a drill can include (--faults), in the order they happen."""
+
+DEFAULT_JOBS = 2000
+DEFAULT_DURATION = 300.0
+MIN_DURATION = 40.0
+"""Below this the faults overlap: each event needs a few seconds of its own."""
+
+STALE_AFTER_SECONDS = 10.0
+LONG_CALL_SECONDS = STALE_AFTER_SECONDS + 5.0
+"""A long call outlives the stale threshold by a few heartbeats, and stays well under the read
+timeout (LLM_PROVIDER_READ_TIMEOUT, 60 s, not scaled)."""
+LONG_CALL_WINDOW_SECONDS = 1.0
+"""Calls that arrive at the provider within this window take LONG_CALL_SECONDS."""
+
+
+@dataclass(frozen=True)
+class DrillOptions:
+    jobs: int = DEFAULT_JOBS
+    """Jobs submitted, evenly over ``duration``."""
+    duration: float = DEFAULT_DURATION
+    """Seconds of load and faults; the drain and the checks come after."""
+    faults: frozenset[str] = field(default_factory=lambda: frozenset(FAULT_KINDS))
+    rate_429: float = 0.2
+    drop_rate: float = 0.02
+    latency_ms: str = "100-600"
+    """The fake provider's latency outside the long-call window."""
+    llm_workers: int = 2
+    drain_timeout: float = 240.0
+    """Seconds the jobs get to reach a final state after the load ends."""
+    seed: int = 7
+    log_dir: Path | None = None
+    yes_really: bool = False
+
+    def has(self, kind: str) -> bool:
+        return kind in self.faults
+
+
+@dataclass(frozen=True)
+class Phase:
+    kind: str
+    """A key of FAULT_KINDS, or "load"."""
+    start: float
+    """Seconds from the drill's start."""
+    end: float | None = None
+    """The end of a window; None for an event that happens once at ``start``."""
+
+    def active(self, at: float) -> bool:
+        return self.start <= at < (self.end if self.end is not None else self.start)
+
+    def describe(self) -> str:
+        when = (
+            f"at {self.start:.0f} s" if self.end is None else f"{self.start:.0f}-{self.end:.0f} s"
+        )
+        return f"{self.kind} {when}"
+
+
+# Fractions of the duration: (start, end or None). The 529 window is an eighth of the drill and
+# the retry schedules are scaled by a quarter of it (see knobs), so the overload schedule (15,
+# 60, 180 s) spans more than the window, as the real one spans more than the checklist's two
+# minutes: a storm that passes is ridden out, not dead-lettered.
+_SLOTS: dict[str, tuple[float, float | None]] = {
+    "429": (0.05, 0.30),
+    "drop": (0.10, 0.90),
+    "529": (0.35, 0.47),
+    "401": (0.52, None),
+    "kill": (0.60, None),
+    "flush": (0.66, None),
+    "long": (0.74, None),
+}
+
+
+def timeline(options: DrillOptions) -> list[Phase]:
+    """The drill's faults in the order they start, for the options' duration and fault mix."""
+    phases = []
+    for kind, (start, end) in _SLOTS.items():
+        if not options.has(kind):
+            continue
+        phase_end = None if end is None else end * options.duration
+        if kind == "long":
+            phase_end = start * options.duration + LONG_CALL_WINDOW_SECONDS
+        phases.append(Phase(kind, start * options.duration, phase_end))
+    return sorted(phases, key=lambda phase: phase.start)
+
+
+def breaker_hold_seconds(options: DrillOptions) -> float:
+    """How long the drill leaves the breaker open before closing it: long enough for held jobs
+    to pile up, shorter than LLM_BREAKER_PROBE_SECONDS (30 s) so that no probe closes it first."""
+    return max(2.0, min(10.0, 0.04 * options.duration))
+
+
+@dataclass(frozen=True)
+class Knob:
+    setting: str
+    value: str
+    default: str
+    why: str
+
+
+def knobs(options: DrillOptions) -> list[Knob]:
+    """Settings the drill sets in the environment of every process it starts, and why."""
+    scale = max(0.02, 0.25 * options.duration / DEFAULT_DURATION)
+    return [
+        Knob(
+            "LLM_RETRY_DELAY_SCALE",
+            f"{scale:.3g}",
+            "1",
+            "the retry schedules shrink with the storms (the checklist's 5 min of 429s and 2 min "
+            "of 529s become a quarter and an eighth of the drill)",
+        ),
+        Knob(
+            "LLM_HEARTBEAT_SECONDS",
+            "2",
+            "10",
+            "the job lock lives four beats (8 s): a killed worker's lock is gone before the "
+            "stale threshold",
+        ),
+        Knob(
+            "LLM_STALE_AFTER_SECONDS",
+            f"{STALE_AFTER_SECONDS:g}",
+            "45",
+            f"a killed worker's jobs are recovered within seconds; the long calls "
+            f"({LONG_CALL_SECONDS:g} s) outlive it",
+        ),
+        Knob(
+            "LLM_RECONCILE_INTERVAL",
+            "3",
+            "15",
+            "the reconciler looks every few seconds for jobs lost in the flush or left by the "
+            "killed worker",
+        ),
+        Knob(
+            "LLM_LOST_QUEUE_GRACE_SECONDS",
+            "10",
+            "30",
+            "a queued job missing from Redis after the flush is enqueued again within seconds",
+        ),
+        Knob(
+            "LLM_OVERDUE_RETRY_SECONDS",
+            "5",
+            "15",
+            "with the scheduler gone, the reconciler moves due retries itself",
+        ),
+        Knob(
+            "ALERT_MONITOR_INTERVAL",
+            "5",
+            "15",
+            "queue conditions trigger and resolve within the drill",
+        ),
+    ]

@@ -1,0 +1,85 @@
+"""What happened during a drill: filled in by ops/chaos/drill.py, read by the checks."""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ops.chaos.plan import DrillOptions, Knob, Phase
+from ops.chaos.provider import BilledCall
+from ops.chaos.receiver import Received
+
+__all__ = ["BreakerEvent", "DrillRecord", "FlushEvent", "KillEvent", "LongCallEvent"]
+
+
+@dataclass
+class KillEvent:
+    at: float
+    """Seconds from the drill's start."""
+    process: str
+    pid: int
+    held_scheduler: bool
+    """Whether the killed worker ran the llm queue's rq scheduler (it should)."""
+    jobs_in_flight: list[str] = field(default_factory=list)
+    restarted_after: float | None = None
+    """Seconds until llmops.respawn had started the worker again."""
+
+
+@dataclass
+class FlushEvent:
+    at: float
+    keys: int
+    """Keys in the Redis database just before the flush."""
+    scheduler: str
+    """Who held the llm queue's scheduler lock at the flush, in words."""
+    scheduler_running: bool
+    waiting_jobs: list[str] = field(default_factory=list)
+    """The drill's queued and retrying jobs at the flush: their RQ jobs were wiped."""
+
+
+@dataclass
+class BreakerEvent:
+    fault_at: float
+    opened_at: float | None = None
+    reason: str = ""
+    openings: int = 0
+    """Closed -> open transitions seen while the drill watched (every half second)."""
+    closed_at: float | None = None
+    closed_by_drill: bool = False
+    closed_by: str = ""
+
+
+@dataclass
+class LongCallEvent:
+    at: float
+    latency_seconds: float
+    stale_after_seconds: float
+
+
+@dataclass
+class DrillRecord:
+    options: DrillOptions
+    phases: list[Phase]
+    knobs: list[Knob]
+    started_at: datetime
+    database: str
+    redis: str
+    user_id: int = 0
+    budget_id: int | None = None
+    route_ids: list[int] = field(default_factory=list)
+    job_ids: list[str] = field(default_factory=list)
+    kill: KillEvent | None = None
+    flush: FlushEvent | None = None
+    breaker: BreakerEvent | None = None
+    long_call: LongCallEvent | None = None
+    negative_samples: int = 0
+    negatives_seen: list[str] = field(default_factory=list)
+    provider_stats: dict[str, Any] = field(default_factory=dict)
+    billing: list[BilledCall] = field(default_factory=list)
+    received: list[Received] = field(default_factory=list)
+    metrics_command: tuple[int, str] = (0, "")
+    """``llm_metrics --check``: exit code and output."""
+    processes_died: list[str] = field(default_factory=list)
+    load_seconds: float = 0.0
+    drain_seconds: float = 0.0
+    log_dir: str = ""
+    notes: list[str] = field(default_factory=list)
