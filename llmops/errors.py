@@ -8,7 +8,8 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import InterfaceError, OperationalError
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import page_not_found
 from redis.exceptions import RedisError
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import status
@@ -142,3 +143,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         headers["Retry-After"] = str(int(wait))
     set_rollback()
     return Response(_body(code, message, detail), status=exc.status_code, headers=headers)
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """The project's ``handler404``: a URL that no view matches (``/api/v1/failures/abc/`` where
+    the id must be a number, a path with a typo). Under ``/api/`` it answers the API's own error
+    body, as every API error does; elsewhere Django's page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(_body("not_found", "Not found."), status=status.HTTP_404_NOT_FOUND)
+    return page_not_found(request, exception or Http404())

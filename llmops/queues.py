@@ -26,6 +26,7 @@ __all__ = [
     "rate_limit_key",
     "rate_limit_key_pattern",
     "rate_limit_scope_of",
+    "throttle_key",
 ]
 
 LLM_QUEUE = "llm"
@@ -77,6 +78,11 @@ def rate_limit_scope_of(key: str) -> tuple[str, str] | None:
         return None
     provider, _, model = key[len(head) : key.rindex("}:")].partition("/")
     return (provider, model) if provider and model else None
+
+
+def throttle_key(scope: str, user_id: object) -> str:
+    """One user's request count in one throttle scope (llmops/throttles.py)."""
+    return f"{KEY_PREFIX}throttle:{scope}:{user_id}"
 
 
 def loop_pass_key(name: str) -> str:

@@ -17,6 +17,9 @@ from django.core.exceptions import ImproperlyConfigured
 from alerts import targets as alert_targets
 from llmops.queues import ALERTS_QUEUE, DEFAULT_QUEUE, KEY_PREFIX, LLM_QUEUE
 
+# Pure: the throttle rates' format.
+from llmops.rates import parse_rate
+
 # Pure (no models): the rate-limit settings' parsers.
 from ratelimits import conf as rate_limit_conf
 
@@ -284,6 +287,22 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
+
+
+def rate_from_env(name: str, default: str) -> str:
+    value = os.environ.get(name) or default
+    try:
+        parse_rate(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from exc
+    return value
+
+
+LLM_SUBMIT_THROTTLE_RATE = rate_from_env("LLM_SUBMIT_THROTTLE_RATE", "600/min")
+"""Submits per user, over every submit endpoint together (llmops/throttles.py SubmitThrottle),
+counted in Redis for all web processes; `off` turns the throttle off. 600 a minute is ten a
+second, sustained: far above a person or a normal integration, low enough that a runaway loop
+is stopped at 429 before it fills the queue."""
 
 # The schema and the docs page are public: they describe the API, hold no data and no secret,
 # and every endpoint they list still asks for its token. /metrics, /healthz, /readyz, the admin

@@ -6,6 +6,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from jobs.views import live_page
 from llmops.apis import MeApi
 
+# Under /api/, a URL no view matches answers the API's JSON error body (llmops/errors.py).
+handler404 = "llmops.errors.not_found"
+
 urlpatterns = [
     # Staff-only admin pages of ops; before the admin, whose catch-all would answer first.
     path("admin/ops/dashboard/", include("ops.admin_dashboard")),
