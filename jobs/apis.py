@@ -15,6 +15,7 @@ from jobs.models import LlmJob
 from jobs.selectors import job_get_for_user, job_list_for_user
 from jobs.services import job_cancel, job_submit
 from llmops.errors import NotFound
+from llmops.throttles import SubmitThrottle
 
 
 def _parse_id(value: str) -> uuid.UUID:
@@ -78,6 +79,8 @@ class JobOutputSerializer(serializers.ModelSerializer):
 
 
 class JobListCreateApi(APIView):
+    throttle_classes = [SubmitThrottle]  # POST only: the list is never throttled
+
     class Pagination(PageNumberPagination):
         page_size_query_param = "page_size"
         max_page_size = 200
