@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from llmops.errors import NotFound
+from llmops.throttles import SubmitThrottle
 from pipelines.models import Pipeline, PipelineStep
 from pipelines.selectors import pipeline_get_for_user, pipeline_list_for_user, pipeline_steps
 from pipelines.services import pipeline_cancel, pipeline_create
@@ -101,6 +102,10 @@ def _pipeline_detail(pipeline: Pipeline) -> dict[str, Any]:
 
 
 class PipelineListCreateApi(APIView):
+    # A pipeline is a submit: it shares the per-user submit rate with jobs and batches (POST
+    # only; the list is never throttled).
+    throttle_classes = [SubmitThrottle]
+
     class Pagination(PageNumberPagination):
         page_size_query_param = "page_size"
         max_page_size = 200

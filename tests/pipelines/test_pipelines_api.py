@@ -180,3 +180,14 @@ def test_it_lists_only_your_own_pipelines_newest_first(alice_client, bob_client)
     assert alice_client.get("/api/v1/pipelines/?status=completed").json()["count"] == 0
     bad = alice_client.get("/api/v1/pipelines/?status=done")
     assert bad.status_code == 400 and bad.json()["code"] == "invalid_filter"
+
+
+def test_a_pipeline_counts_against_the_submit_rate_shared_with_jobs(alice_client, settings):
+    settings.LLM_SUBMIT_THROTTLE_RATE = "2/min"
+    assert alice_client.post("/api/v1/jobs/", job_body(), format="json").status_code == 202
+    create_pipeline(alice_client, three_steps())
+    response = alice_client.post("/api/v1/pipelines/", {"steps": three_steps()}, format="json")
+    assert response.status_code == 429 and response.json()["code"] == "throttled"
+    assert int(response["Retry-After"]) >= 1
+    assert Pipeline.objects.count() == 1
+    assert alice_client.get("/api/v1/pipelines/").status_code == 200
