@@ -3,6 +3,13 @@
 from typing import cast
 
 from django.contrib.auth.models import User
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_serializer,
+    inline_serializer,
+)
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission, IsAdminUser
@@ -10,16 +17,29 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from alerts.models import FailureRecord
+from alerts.models import FailureRecord, Severity
 from alerts.selectors import FILTERS, failure_list
 from alerts.services import failure_close, failure_requeue
 from llmops.errors import ApplicationError, NotFound, ValidationFailed
+from llmops.schema import PAGE_NOT_FOUND, error_headers, errors
+
+
+class FailureJobSerializer(serializers.Serializer):
+    """The dead-lettered job, in short; its full state is at ``status_url``."""
+
+    id = serializers.UUIDField()
+    status = serializers.CharField()
+    feature = serializers.CharField()
+    model = serializers.CharField()
+    attempts = serializers.IntegerField()
+    cost_usd = serializers.DecimalField(max_digits=16, decimal_places=6, coerce_to_string=True)
+    status_url = serializers.CharField()
 
 
 class FailureOutputSerializer(serializers.ModelSerializer):
     job = serializers.SerializerMethodField()
     handled_by: serializers.SlugRelatedField = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
 
     class Meta:
@@ -43,6 +63,7 @@ class FailureOutputSerializer(serializers.ModelSerializer):
             "job",
         ]
 
+    @extend_schema_field(FailureJobSerializer)
     def get_job(self, record: FailureRecord) -> dict:
         job = record.job
         return {
@@ -81,13 +102,48 @@ class CanViewFailures(BasePermission):
         return request.user.has_perm("alerts.view_failurerecord")
 
 
+# The statuses every failure action answers beyond its own: staff only, the record by id.
+_ACTION_ERRORS = {403: ["permission_denied"], 404: ["failure_not_found"], 413: [], 415: []}
+
+
+def _action_result(name: str, flag: str, meaning: str) -> serializers.Serializer:
+    return inline_serializer(
+        name=name,
+        fields={
+            flag: serializers.BooleanField(help_text=meaning),
+            "failure": FailureOutputSerializer(),
+        },
+    )
+
+
 class FailureListApi(APIView):
     permission_classes = [IsAdminUser, CanViewFailures]
+    pagination_class = PageNumberPagination
 
+    @extend_schema(
+        operation_id="failures_list",
+        summary="Dead-lettered jobs, newest first (staff with view permission)",
+        parameters=[
+            OpenApiParameter("state", enum=FailureRecord.State.values),
+            OpenApiParameter("severity", enum=Severity.values),
+            OpenApiParameter("reason_code", str),
+            OpenApiParameter("feature", str, description="The job's feature."),
+            OpenApiParameter("model", str, description="The job's model."),
+            OpenApiParameter("http_status", int, description="The provider's HTTP status."),
+            *error_headers(),
+        ],
+        responses={
+            200: FailureOutputSerializer(many=True),
+            **errors(
+                {400: ["invalid_filter"], 403: ["permission_denied"], 404: []},
+                descriptions=PAGE_NOT_FOUND,
+            ),
+        },
+    )
     def get(self, request: Request) -> Response:
         filters = {k: str(v) for k, v in request.query_params.items() if k in FILTERS}
         records = failure_list(filters=filters)
-        paginator = PageNumberPagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(records, request, view=self)
         return paginator.get_paginated_response(FailureOutputSerializer(page, many=True).data)
 
@@ -95,9 +151,28 @@ class FailureListApi(APIView):
 class FailureRequeueApi(APIView):
     permission_classes = [IsAdminUser]
 
+    @extend_schema_serializer(component_name="FailureRequeue")
     class InputSerializer(serializers.Serializer):
         model = serializers.CharField(required=False, allow_blank=False, max_length=100)
 
+    @extend_schema(
+        operation_id="failures_requeue",
+        summary="Requeue the failed job with a fresh retry budget, optionally on another model",
+        request=InputSerializer,
+        parameters=error_headers(),
+        responses={
+            200: _action_result(
+                "FailureRequeueResult", "requeued", "False when it was already requeued."
+            ),
+            **errors(
+                {
+                    400: ["invalid_model", "unknown_model", "invalid_max_tokens"],
+                    **_ACTION_ERRORS,
+                    409: ["failure_not_open"],
+                }
+            ),
+        },
+    )
     def post(self, request: Request, failure_id: int) -> Response:
         _require(request, "requeue_failurerecord", "requeue")
         data = _validated(self.InputSerializer, request.data)
@@ -113,6 +188,7 @@ class FailureRequeueApi(APIView):
 class FailureResolveApi(APIView):
     permission_classes = [IsAdminUser]
 
+    @extend_schema_serializer(component_name="FailureResolve")
     class InputSerializer(serializers.Serializer):
         comment = serializers.CharField(required=False, allow_blank=True, max_length=5000)
         state = serializers.ChoiceField(
@@ -120,6 +196,24 @@ class FailureResolveApi(APIView):
             default=FailureRecord.State.RESOLVED,
         )
 
+    @extend_schema(
+        operation_id="failures_resolve",
+        summary="Close the failure as resolved or ignored, with a comment",
+        request=InputSerializer,
+        parameters=error_headers(),
+        responses={
+            200: _action_result(
+                "FailureResolveResult", "changed", "False when it already was in that state."
+            ),
+            **errors(
+                {
+                    400: ["invalid_comment", "invalid_state"],
+                    **_ACTION_ERRORS,
+                    409: ["failure_not_open"],
+                }
+            ),
+        },
+    )
     def post(self, request: Request, failure_id: int) -> Response:
         data = _validated(self.InputSerializer, request.data)
         if data["state"] == FailureRecord.State.IGNORED:

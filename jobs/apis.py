@@ -5,17 +5,40 @@ from typing import cast
 
 from django.contrib.auth.models import User
 from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from jobs.api_schema import (
+    SUBMIT_EXAMPLE,
+    JobErrorSerializer,
+    JobOutputTextSerializer,
+    JobSubmitSerializer,
+    JobSubmittedSerializer,
+    JobUsageSerializer,
+)
 from jobs.models import LlmJob
 from jobs.selectors import job_get_for_user, job_list_for_user
 from jobs.services import job_cancel, job_submit
 from llmops.errors import NotFound
+from llmops.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors
 from llmops.throttles import SubmitThrottle
+
+JOB_ID = OpenApiParameter(
+    "job_id",
+    OpenApiTypes.UUID,
+    OpenApiParameter.PATH,
+    description="The job's id; any other value, or another user's job, answers 404.",
+)
 
 
 def _parse_id(value: str) -> uuid.UUID:
@@ -30,7 +53,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
     usage = serializers.SerializerMethodField()
     cost_usd = serializers.DecimalField(max_digits=16, decimal_places=6, coerce_to_string=True)
     error = serializers.SerializerMethodField()
-    duration_ms = serializers.IntegerField(read_only=True)
+    duration_ms = serializers.IntegerField(read_only=True, allow_null=True)
 
     class Meta:
         model = LlmJob
@@ -52,11 +75,13 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "error",
         ]
 
+    @extend_schema_field(JobOutputTextSerializer(allow_null=True))
     def get_output(self, job: LlmJob) -> dict | None:
         if job.output_text is None:
             return None
         return {"text": job.output_text, "stop_reason": job.stop_reason or None}
 
+    @extend_schema_field(JobUsageSerializer(allow_null=True))
     def get_usage(self, job: LlmJob) -> dict | None:
         if job.input_tokens is None:
             return None
@@ -67,6 +92,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "cache_read_input_tokens": job.cache_read_input_tokens,
         }
 
+    @extend_schema_field(JobErrorSerializer(allow_null=True))
     def get_error(self, job: LlmJob) -> dict | None:
         if not job.error_code:
             return None
@@ -85,6 +111,52 @@ class JobListCreateApi(APIView):
         page_size_query_param = "page_size"
         max_page_size = 200
 
+    pagination_class = Pagination
+
+    @extend_schema(
+        operation_id="jobs_submit",
+        summary="Submit a job",
+        request=JobSubmitSerializer,
+        examples=[SUBMIT_EXAMPLE],
+        parameters=[
+            IDEMPOTENCY_KEY,
+            OpenApiParameter(
+                "Location",
+                OpenApiTypes.URI,
+                OpenApiParameter.HEADER,
+                response=[202],
+                description="The job's status URL.",
+            ),
+            *error_headers(),
+        ],
+        responses={
+            202: OpenApiResponse(
+                JobSubmittedSerializer,
+                description="Accepted and queued (or the first job of a repeated Idempotency-Key).",
+            ),
+            **errors(
+                {
+                    400: [
+                        "invalid_body",
+                        "unknown_field",
+                        "invalid_feature",
+                        "unknown_model",
+                        "invalid_messages",
+                        "invalid_max_tokens",
+                        "invalid_system",
+                        "invalid_temperature",
+                        "invalid_metadata",
+                        "invalid_concurrency_key",
+                        "invalid_idempotency_key",
+                    ],
+                    409: ["idempotency_conflict"],
+                    413: [],
+                    415: [],
+                    429: ["budget_exceeded"],
+                }
+            ),
+        },
+    )
     def post(self, request: Request) -> Response:
         job, _created = job_submit(
             user=cast(User, request.user),
@@ -98,24 +170,53 @@ class JobListCreateApi(APIView):
             headers={"Location": request.build_absolute_uri(status_url)},
         )
 
+    @extend_schema(
+        operation_id="jobs_list",
+        summary="The caller's jobs, newest first",
+        parameters=[
+            OpenApiParameter("status", enum=LlmJob.Status.values),
+            OpenApiParameter("feature", str),
+            *error_headers(),
+        ],
+        responses={
+            200: JobOutputSerializer(many=True),
+            **errors({400: ["invalid_filter"], 404: []}, descriptions=PAGE_NOT_FOUND),
+        },
+    )
     def get(self, request: Request) -> Response:
         jobs = job_list_for_user(
             user=cast(User, request.user),
             status=request.query_params.get("status"),
             feature=request.query_params.get("feature"),
         )
-        paginator = self.Pagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(jobs, request, view=self)
         return paginator.get_paginated_response(JobOutputSerializer(page, many=True).data)
 
 
 class JobDetailApi(APIView):
+    @extend_schema(
+        operation_id="jobs_retrieve",
+        summary="One of the caller's jobs",
+        parameters=[JOB_ID, *error_headers()],
+        responses={200: JobOutputSerializer, **errors({404: ["job_not_found"]})},
+    )
     def get(self, request: Request, job_id: str) -> Response:
         job = job_get_for_user(user=cast(User, request.user), job_id=_parse_id(job_id))
         return Response(JobOutputSerializer(job).data)
 
 
 class JobCancelApi(APIView):
+    @extend_schema(
+        operation_id="jobs_cancel",
+        summary="Cancel a queued or retrying job",
+        request=None,
+        parameters=[JOB_ID, *error_headers()],
+        responses={
+            200: JobOutputSerializer,
+            **errors({404: ["job_not_found"], 409: ["not_cancellable"]}),
+        },
+    )
     def post(self, request: Request, job_id: str) -> Response:
         job = job_get_for_user(user=cast(User, request.user), job_id=_parse_id(job_id))
         job = job_cancel(job=job)

@@ -4,6 +4,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from django.contrib.auth.models import User
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -17,6 +18,7 @@ from ledger.selectors import (
     report_user_find,
 )
 from llmops.errors import ApplicationError
+from llmops.schema import error_headers, errors
 
 
 def _utc(moment: datetime) -> str:
@@ -30,6 +32,33 @@ class CostReportRowSerializer(serializers.Serializer):
     tokens = serializers.DictField(child=serializers.IntegerField())
     cost_usd = serializers.DecimalField(max_digits=16, decimal_places=6, coerce_to_string=True)
     failures = serializers.IntegerField()
+
+
+class CostReportTotalsSerializer(CostReportRowSerializer):
+    key = None  # type: ignore[assignment]
+
+
+class CostReportFiltersSerializer(serializers.Serializer):
+    feature = serializers.CharField(allow_null=True)
+    model = serializers.CharField(allow_null=True)
+    user = serializers.CharField(allow_null=True, help_text="The username reported on.")
+
+
+class CostReportSerializer(serializers.Serializer):
+    """What ``cost_report_data`` returns, for the schema."""
+
+    group_by = serializers.ChoiceField(choices=REPORT_GROUPS)
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField()
+    filters = CostReportFiltersSerializer()
+    rows = CostReportRowSerializer(many=True)
+    totals = CostReportTotalsSerializer()
+
+
+_TIME = (
+    "An ISO date or datetime (UTC unless it says otherwise) or a relative time such as 7d, "
+    "24h or 30m."
+)
 
 
 def cost_report_data(report: CostReport, filters: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +82,25 @@ class CostReportApi(APIView):
     only their own, and a ``user`` filter naming anyone else is refused (403).
     """
 
+    @extend_schema(
+        operation_id="costs_report",
+        summary="Spend grouped by feature, model, user or day",
+        parameters=[
+            OpenApiParameter("group_by", enum=list(REPORT_GROUPS), default=REPORT_GROUPS[0]),
+            OpenApiParameter("since", str, description=f"{_TIME} Default: 30 days before until."),
+            OpenApiParameter("until", str, description=f"{_TIME} Default: now."),
+            OpenApiParameter("feature", str),
+            OpenApiParameter("model", str),
+            OpenApiParameter(
+                "user", str, description="Username or id; only staff may name another user."
+            ),
+            *error_headers(),
+        ],
+        responses={
+            200: CostReportSerializer,
+            **errors({400: ["invalid_filter"], 403: ["permission_denied"]}),
+        },
+    )
     def get(self, request: Request) -> Response:
         viewer = cast(User, request.user)
         params = request.query_params

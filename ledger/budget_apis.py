@@ -1,5 +1,6 @@
 """Staff API for budgets: each budget's current window and forecast, as the admin shows them."""
 
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import IsAdminUser
@@ -10,6 +11,7 @@ from rest_framework.views import APIView
 from ledger.forecast import budget_status, budget_statuses
 from ledger.models import Budget
 from llmops.errors import NotFound
+from llmops.schema import PAGE_NOT_FOUND, error_headers, errors
 
 
 def _money(source: str | None = None) -> serializers.DecimalField:
@@ -54,9 +56,11 @@ class BudgetStatusOutputSerializer(serializers.Serializer):
     exhausted = serializers.BooleanField(source="usage.exhausted")
     forecast = ForecastSerializer()
 
+    @extend_schema_field(serializers.CharField(allow_null=True))
     def get_feature(self, status: object) -> str | None:
         return status.budget.feature or None  # type: ignore[attr-defined]
 
+    @extend_schema_field(serializers.CharField(allow_null=True))
     def get_user(self, status: object) -> str | None:
         user = status.budget.user  # type: ignore[attr-defined]
         return user.get_username() if user else None
@@ -65,10 +69,20 @@ class BudgetStatusOutputSerializer(serializers.Serializer):
 class BudgetListApi(APIView):
     # Staff only: budgets show every feature's and every user's spend.
     permission_classes = [IsAdminUser]
+    pagination_class = PageNumberPagination
 
+    @extend_schema(
+        operation_id="budgets_list",
+        summary="Every budget with its current window and forecast (staff)",
+        parameters=error_headers(),
+        responses={
+            200: BudgetStatusOutputSerializer(many=True),
+            **errors({403: ["permission_denied"], 404: []}, descriptions=PAGE_NOT_FOUND),
+        },
+    )
     def get(self, request: Request) -> Response:
         budgets = Budget.objects.select_related("user").order_by("id")
-        paginator = PageNumberPagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(budgets, request, view=self) or []
         statuses = budget_statuses(budgets=page)
         return paginator.get_paginated_response(
@@ -80,6 +94,15 @@ class BudgetDetailApi(APIView):
     # Staff only: budgets show every feature's and every user's spend.
     permission_classes = [IsAdminUser]
 
+    @extend_schema(
+        operation_id="budgets_retrieve",
+        summary="One budget with its current window and forecast (staff)",
+        parameters=error_headers(),
+        responses={
+            200: BudgetStatusOutputSerializer,
+            **errors({403: ["permission_denied"], 404: ["budget_not_found"]}),
+        },
+    )
     def get(self, request: Request, budget_id: int) -> Response:
         budget = Budget.objects.select_related("user").filter(id=budget_id).first()
         if budget is None:

@@ -1,0 +1,138 @@
+"""The jobs API's bodies as the OpenAPI schema describes them (/api/schema/).
+
+Only a description: ``jobs/validation.py`` and ``jobs/admission.py`` enforce the submit body,
+with one stable error code per kind of mistake, and ``JobOutputSerializer`` renders jobs. The
+constants come from there, so the schema cannot drift from the rules it describes.
+"""
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiExample, extend_schema_field
+from rest_framework import serializers
+
+from jobs.models import LlmJob
+from jobs.validation import (
+    BLOCK_TYPES,
+    FEATURE_RE,
+    MAX_CONCURRENCY_KEY_LENGTH,
+    MAX_FEATURE_LENGTH,
+    ROLES,
+)
+
+__all__ = [
+    "JobErrorSerializer",
+    "JobOutputTextSerializer",
+    "JobSubmitSerializer",
+    "JobSubmittedSerializer",
+    "JobUsageSerializer",
+    "SUBMIT_EXAMPLE",
+]
+
+
+def _blocks(types: set[str]) -> dict[str, Any]:
+    # Each block's own fields are checked by jobs/validation.py (e.g. an image's base64
+    # source); the schema names the block types and leaves the rest open.
+    return {
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "type": "object",
+            "required": ["type"],
+            "properties": {"type": {"type": "string", "enum": sorted(types)}},
+            "additionalProperties": True,
+        },
+    }
+
+
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "string", "minLength": 1}, _blocks(BLOCK_TYPES)],
+        "description": "A non-empty string, or a non-empty list of content blocks.",
+    }
+)
+class _ContentField(serializers.JSONField):
+    pass
+
+
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "string"}, _blocks({"text"})],
+        "description": "A string, or a non-empty list of text blocks.",
+    }
+)
+class _SystemField(serializers.JSONField):
+    pass
+
+
+class _MessageSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=sorted(ROLES))
+    content = _ContentField()
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    """``POST /api/v1/jobs/``: no other field is accepted (``unknown_field``)."""
+
+    feature = serializers.RegexField(
+        FEATURE_RE.pattern,
+        max_length=MAX_FEATURE_LENGTH,
+        help_text="Lowercase slug; budgets, reports and metrics group by it.",
+    )
+    model = serializers.CharField(
+        max_length=100, help_text="A model with a price (else `unknown_model`)."
+    )
+    messages = serializers.ListField(
+        child=_MessageSerializer(),
+        min_length=1,
+        help_text="As in the Messages API; the first message has role `user`.",
+    )
+    max_tokens = serializers.IntegerField(
+        min_value=1, help_text="At most the model's limit (else `invalid_max_tokens`)."
+    )
+    system = _SystemField(required=False, allow_null=True)
+    temperature = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=1)
+    metadata = serializers.DictField(
+        required=False, allow_null=True, help_text="Any JSON object, kept with the job."
+    )
+    concurrency_key = serializers.CharField(
+        required=False,
+        allow_null=True,
+        max_length=MAX_CONCURRENCY_KEY_LENGTH,
+        help_text="Jobs sharing a key run one at a time (LLM_CONCURRENCY_KEY_LIMITS).",
+    )
+
+
+SUBMIT_EXAMPLE = OpenApiExample(
+    "A classification job",
+    value={
+        "feature": "email-classify",
+        "model": "claude-sonnet-4-6",
+        "messages": [{"role": "user", "content": "Classify: please refund my order"}],
+        "max_tokens": 256,
+    },
+    request_only=True,
+)
+
+
+class JobSubmittedSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=LlmJob.Status.choices)
+    status_url = serializers.CharField(help_text="Poll here; also in the Location header.")
+
+
+class JobOutputTextSerializer(serializers.Serializer):
+    text = serializers.CharField()
+    stop_reason = serializers.CharField(allow_null=True)
+
+
+class JobUsageSerializer(serializers.Serializer):
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField(allow_null=True)
+    cache_creation_input_tokens = serializers.IntegerField(allow_null=True)
+    cache_read_input_tokens = serializers.IntegerField(allow_null=True)
+
+
+class JobErrorSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="The failure's reason code, e.g. `rate_limited`.")
+    http_status = serializers.IntegerField(allow_null=True)
+    message = serializers.CharField()
+    severity = serializers.CharField()
