@@ -12,6 +12,7 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from jobs.models import LlmJob
 from llmops.queues import all_jobs_group, job_events_group, job_group
@@ -19,6 +20,7 @@ from llmops.queues import all_jobs_group, job_events_group, job_group
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+CLOSE_MESSAGE_TOO_BIG = 1009
 
 
 @database_sync_to_async
@@ -66,8 +68,14 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         if group is not None:
             await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        """The socket is server-to-client only; anything a client sends is ignored."""
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        """The socket is server-to-client only: what a client sends is ignored, never decoded.
+        One over WS_MAX_MESSAGE_BYTES (which uvicorn already refuses, llmops/web.py) closes it."""
+        size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
+        if size > settings.WS_MAX_MESSAGE_BYTES:
+            await self.close(code=CLOSE_MESSAGE_TOO_BIG)
 
     async def job_updated(self, message: dict[str, Any]) -> None:
         await self.send_json({"type": message["type"], "job": message["job"]})

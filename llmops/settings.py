@@ -394,6 +394,11 @@ if LLM_PROVIDER_READ_TIMEOUT >= LLM_JOB_TIMEOUT:
 # --- Jobs and retries -------------------------------------------------------------------------
 
 LLM_MAX_REQUEST_BYTES = envint("LLM_MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
+"""Largest request body (413 request_too_large above it) of every endpoint, API or not, except
+those whose parser names a larger setting of its own (llmops/body_limits.py)."""
+WS_MAX_MESSAGE_BYTES = envint("WS_MAX_MESSAGE_BYTES", 16 * 1024, minimum=1024)
+"""Largest WebSocket message a client may send (uvicorn's --ws-max-size, llmops/web.py; the
+socket is then closed with 1009). /ws/jobs/ is server-to-client: a client has nothing to say."""
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(LLM_MAX_REQUEST_BYTES + 1, 2_621_440)
 LLM_MAX_ATTEMPTS = envint("LLM_MAX_ATTEMPTS", 10, minimum=1)
 PIPELINE_MAX_STEPS = envint("PIPELINE_MAX_STEPS", 20, minimum=1)

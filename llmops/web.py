@@ -109,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     workers = int(_option(args, "--workers") or settings.WEB_CONCURRENCY)
     extra = [] if _option(args, "--workers") else ["--workers", str(workers)]
+    if _option(args, "--ws-max-size") is None:
+        # uvicorn's own default is 16 MiB a message, for a socket whose clients send nothing.
+        extra += ["--ws-max-size", str(settings.WS_MAX_MESSAGE_BYTES)]
     runtime = Path(tempfile.mkdtemp(prefix="llmops-web-"))
     try:
         if _option(args, "--log-config") is None:
