@@ -37,7 +37,8 @@ def failure_list(*, filters: dict[str, str] | None = None) -> QuerySet[FailureRe
                 code="invalid_filter",
                 detail={"field": "state"},
             )
-        if name == "http_status" and not value.isdigit():
+        # isdigit() alone also takes digits int() refuses ("²").
+        if name == "http_status" and not (value.isascii() and value.isdigit()):
             raise ValidationFailed(
                 "http_status must be a number.", code="invalid_filter", detail={"field": name}
             )

@@ -44,6 +44,14 @@ def records(alice_client, workers, fake_provider):
     }
 
 
+@pytest.mark.parametrize("value", ["abc", "²", "4.0"])
+def test_a_filter_on_http_status_that_is_no_number_is_refused(value):
+    # "²" is a digit to str.isdigit(), not to int(): it once reached the query and raised.
+    response = api_client("olga", *ALL_PERMS).get("/api/v1/failures/", {"http_status": value})
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_filter"
+
+
 def test_staff_list_and_filter_failures(records):
     client = api_client("olga", *ALL_PERMS)
     body = client.get("/api/v1/failures/").json()
