@@ -113,11 +113,13 @@ def report_range_parse(
         if until
         else now
     )
-    start = (
-        report_time_parse(value=since, field_name="since", now=now, end_of_day=False)
-        if since
-        else end - timedelta(days=REPORT_DEFAULT_DAYS)
-    )
+    if since:
+        start = report_time_parse(value=since, field_name="since", now=now, end_of_day=False)
+    elif end - datetime.min.replace(tzinfo=UTC) > timedelta(days=REPORT_DEFAULT_DAYS):
+        start = end - timedelta(days=REPORT_DEFAULT_DAYS)
+    else:
+        # An until in the first month of year 1: the default range starts where dates start.
+        start = datetime.min.replace(tzinfo=UTC)
     if start >= end:
         raise _invalid("since", "since must be before until.")
     return start, end
@@ -126,7 +128,8 @@ def report_range_parse(
 def report_user_find(*, value: str) -> User:
     """The user a report is filtered to, by username or by id."""
     found = User.objects.filter(username=value).first()
-    if found is None and value.isdigit():
+    # isdigit() alone also takes digits int() refuses ("²").
+    if found is None and value.isascii() and value.isdigit():
         found = User.objects.filter(id=int(value)).first()
     if found is None:
         raise _invalid("user", f"No user {value!r}.")

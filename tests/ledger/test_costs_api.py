@@ -234,6 +234,7 @@ def test_it_reads_an_offset_whose_plus_sign_was_not_encoded(staff_client: APICli
         ({"since": "2025-03-02", "until": "2025-03-01"}, "since"),
         ({"since": "1h", "until": "2h"}, "since"),
         ({"user": "nobody"}, "user"),
+        ({"user": "²"}, "user"),  # a digit to isdigit(), not to int()
     ],
 )
 def test_it_refuses_bad_filters_naming_the_field(
@@ -244,6 +245,16 @@ def test_it_refuses_bad_filters_naming_the_field(
     assert response.status_code == 400
     assert response.json()["code"] == "invalid_filter"
     assert response.json()["detail"] == {"field": field}
+
+
+def test_it_starts_the_default_range_where_dates_start_for_an_early_until(
+    staff_client: APIClient,
+) -> None:
+    response = staff_client.get(URL, {"until": "0001-01-10"})
+
+    assert response.status_code == 200, response.content
+    assert response.json()["since"] == "0001-01-01T00:00:00Z"
+    assert response.json()["until"] == "0001-01-11T00:00:00Z"
 
 
 def test_it_needs_authentication(db: None) -> None:
