@@ -8,7 +8,10 @@ Each pass, in bounded batches:
 - a ``retrying`` job whose retry is overdue by more than ``LLM_OVERDUE_RETRY_SECONDS`` is enqueued
   again even though its scheduled RQ job still exists: the worker holding rq's scheduler lock may
   be dead, and rq hands the scheduler over only at its ten-minute maintenance pass. The stale
-  scheduled copy, if it ever runs, no longer matches the row and exits.
+  scheduled copy, if it ever runs, no longer matches the row and exits. Only while that RQ job
+  still waits for a scheduler: one already on the queue is on its way, and replacing it would
+  send it to the back of a busy queue again at every pass, so that it never ran (the chaos drill
+  found that: ops/chaos/).
 While the provider's circuit breaker is open, waiting jobs are left alone except one per probe
 period, which goes out as the probe call.
 """
@@ -26,7 +29,7 @@ from jobs.breaker import breaker_probe_due
 from jobs.models import LlmJob
 from jobs.services import job_enqueue_again, job_recover
 from llmops.queues import LLM_QUEUE, job_lock_key
-from llmops.rq_jobs import rq_job_is_alive, rq_jobs_fetch
+from llmops.rq_jobs import rq_job_awaits_scheduler, rq_job_is_alive, rq_jobs_fetch
 
 __all__ = ["ReconcileReport", "reconcile_jobs", "requeue_waiting_jobs"]
 
@@ -122,7 +125,8 @@ def requeue_waiting_jobs(
                 and next_attempt_at is not None
                 and next_attempt_at < overdue_cutoff
             )
-            if rq_job_is_alive(rq_job) and not overdue:
+            stranded = overdue and rq_job_awaits_scheduler(rq_job)
+            if rq_job_is_alive(rq_job) and not stranded:
                 continue
             if not job_enqueue_again(job_id=job_id, lost_rq_job_id=rq_job_id):
                 continue

@@ -9,7 +9,13 @@ from collections.abc import Callable, Sequence
 from rq import Queue
 from rq.job import Job, JobStatus
 
-__all__ = ["DEAD_RQ_STATUSES", "rq_job_is_alive", "rq_jobs_fetch", "rq_jobs_resume"]
+__all__ = [
+    "DEAD_RQ_STATUSES",
+    "rq_job_awaits_scheduler",
+    "rq_job_is_alive",
+    "rq_jobs_fetch",
+    "rq_jobs_resume",
+]
 
 DEAD_RQ_STATUSES = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, JobStatus.FINISHED}
 """An RQ job in one of these states will never run its task again."""
@@ -40,6 +46,12 @@ def rq_jobs_fetch(*, queue: Queue, job_ids: Sequence[str]) -> list[Job | None]:
 def rq_job_is_alive(job: Job | None) -> bool:
     """Whether the job is still going to run (queued, scheduled, started, deferred)."""
     return job is not None and job.get_status(refresh=False) not in DEAD_RQ_STATUSES
+
+
+def rq_job_awaits_scheduler(job: Job | None) -> bool:
+    """Whether the job waits in a scheduled registry for a scheduler to move it onto its queue
+    (it is not on the queue yet, nor running)."""
+    return job is not None and job.get_status(refresh=False) == JobStatus.SCHEDULED
 
 
 def rq_jobs_resume(

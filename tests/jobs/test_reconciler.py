@@ -153,3 +153,19 @@ def test_a_worker_killed_mid_call_is_recovered(alice_client, fake_provider, sett
     job.refresh_from_db()
     assert job.status == "retrying"
     assert CostEntry.objects.get(job=job).outcome == "unknown_outcome"
+
+
+def test_an_overdue_retry_whose_rq_job_is_already_queued_is_left_on_the_queue(
+    alice_client, settings
+):
+    """Found by the chaos drill: with a backlog longer than LLM_OVERDUE_RETRY_SECONDS, each pass
+    replaced the queued RQ job of an overdue retry with a new one at the back of the queue, so
+    the copy a worker reached never matched the row and the job never ran."""
+    settings.LLM_OVERDUE_RETRY_SECONDS = 5
+    job = submit(alice_client)  # its RQ job waits on the queue, behind others
+    LlmJob.objects.filter(id=job.id).update(
+        status="retrying", attempts=1, next_attempt_at=timezone.now() - timedelta(seconds=60)
+    )
+    report = reconcile_jobs()
+    assert report.requeued_overdue == 0 and report.requeued_lost == 0
+    assert LlmJob.objects.get(id=job.id).rq_job_id == job.rq_job_id

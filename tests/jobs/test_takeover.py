@@ -28,6 +28,7 @@ from django.utils import timezone
 from jobs.models import LlmJob
 from jobs.reconciler import reconcile_jobs
 from jobs.runner import _Heartbeat
+from jobs.services import job_hold
 from ledger.models import CostEntry
 from llmops.queues import LLM_QUEUE, job_lock_key
 from tests.conftest import ROOT, FakeProvider, submit
@@ -457,7 +458,9 @@ def test_a_retry_is_overdue_after_the_overdue_threshold_not_after_the_lost_queue
     settings.LLM_LOST_QUEUE_GRACE_SECONDS = 30
     settings.LLM_OVERDUE_RETRY_SECONDS = 15
     job = submit(alice_client)
-    # A retry whose RQ job still exists but that no scheduler moved.
+    # A retry whose RQ job still exists but that no scheduler moved: it waits in the scheduled
+    # registry (a held job's RQ job is scheduled the same way).
+    assert job_hold(job_id=job.id, rq_job_id=job.rq_job_id, delay_seconds=600, reason="test")
     LlmJob.objects.filter(id=job.id).update(
         status="retrying",
         attempts=1,
