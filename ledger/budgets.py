@@ -263,6 +263,17 @@ def budget_reserve(*, job: "LlmJob", attempt: int, amount: Decimal) -> BudgetRef
                 action = "defer" if budget.on_exceed == Budget.OnExceed.DEFER else "reject"
                 _alert_exhausted_once(window, usage)
             return BudgetRefusal(action, usage, amount)
+        # An earlier reservation of this very attempt was left by a copy of the job that never
+        # claimed it: released when its claim lost, or open because its worker died before the
+        # claim (an attempt number is used again only when that attempt never started). It
+        # holds nothing any more; without this the unique key refused the job for good (found
+        # by the chaos drill, ops/chaos/).
+        BudgetReservation.objects.filter(
+            Q(settled_at__isnull=True) | Q(settled_usd=0),
+            job=job,
+            attempt=attempt,
+            budget_id__in=[budget.id for budget in budgets],
+        ).delete()
         BudgetReservation.objects.bulk_create(
             [
                 BudgetReservation(

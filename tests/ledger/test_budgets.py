@@ -14,7 +14,7 @@ from django.utils import timezone
 from alerts.models import Alert, FailureRecord
 from jobs.models import LlmJob
 from jobs.runner import job_run
-from ledger.budgets import budget_usage, window_bounds
+from ledger.budgets import budget_release, budget_reserve, budget_usage, window_bounds
 from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry
 from ledger.services import job_upper_bound_cost
 from llmops.queues import LLM_QUEUE
@@ -244,3 +244,24 @@ def test_soft_and_exhausted_alerts_go_out_once_per_window(alice, settings):
     assert window.spent_usd == sum(
         CostEntry.objects.filter(feature=FEATURE).values_list("cost_usd", flat=True), Decimal(0)
     )
+
+
+@pytest.mark.parametrize("earlier_copy", ["released it", "died before its claim"])
+def test_an_attempt_reserved_by_a_copy_that_never_claimed_it_is_reserved_again(
+    alice_client, workers, earlier_copy
+):
+    """Found by the chaos drill: the unique key on (budget, job, attempt) refused the next run of
+    an attempt an earlier copy had reserved without claiming it, and the job never ran again."""
+    budget = feature_budget(limit_usd=Decimal("10"))
+    job = submit(alice_client, feature=FEATURE, max_tokens=16)
+    assert budget_reserve(job=job, attempt=1, amount=job_upper_bound_cost(job=job)) is None
+    if earlier_copy == "released it":
+        budget_release(job=job, attempt=1)
+
+    workers.drain()
+
+    job.refresh_from_db()
+    assert job.status == "completed" and job.attempts == 1
+    (reservation,) = BudgetReservation.objects.filter(job=job)
+    assert reservation.attempt == 1 and reservation.settled_usd == job.cost_usd
+    assert budget_usage(budget=budget).reserved_usd == 0
