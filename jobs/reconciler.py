@@ -11,19 +11,22 @@ Each pass, in bounded batches:
   scheduled copy, if it ever runs, no longer matches the row and exits. Only while that RQ job
   still waits for a scheduler: one already on the queue is on its way, and replacing it would
   send it to the back of a busy queue again at every pass, so that it never ran (the chaos drill
-  found that: ops/chaos/).
+  found that: ops/chaos/). A ``queued`` job held by the rate limiter (``job_hold``) waits for
+  the scheduler the same way, and is enqueued again once its scheduled time is that overdue.
 While the provider's circuit breaker is open, waiting jobs are left alone except one per probe
 period, which goes out as the probe call.
 """
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import django_rq
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
+from rq import Queue
+from rq.job import Job
 
 from jobs.breaker import breaker_probe_due
 from jobs.models import LlmJob
@@ -87,6 +90,24 @@ def _recover_stale(report: ReconcileReport) -> None:
                 )
 
 
+def _stranded(
+    queue: Queue,
+    rq_job: Job | None,
+    *,
+    status: str,
+    next_attempt_at: datetime | None,
+    cutoff: datetime,
+) -> bool:
+    """Whether a waiting job's RQ job still waits for a scheduler although it was due before
+    ``cutoff``: a retry by its ``next_attempt_at``, a held queued job by its scheduled time."""
+    if rq_job is None or not rq_job_awaits_scheduler(rq_job):
+        return False
+    if status == LlmJob.Status.RETRYING:
+        return next_attempt_at is not None and next_attempt_at < cutoff
+    scheduled = queue.connection.zscore(queue.scheduled_job_registry.key, rq_job.id)
+    return scheduled is not None and float(scheduled) < cutoff.timestamp()
+
+
 def requeue_waiting_jobs(
     *, grace_seconds: float | None = None, report: ReconcileReport | None = None
 ) -> ReconcileReport:
@@ -120,12 +141,9 @@ def requeue_waiting_jobs(
         after = rows[-1][0]
         rq_jobs = rq_jobs_fetch(queue=queue, job_ids=[row[1] for row in rows])
         for (job_id, rq_job_id, status, next_attempt_at), rq_job in zip(rows, rq_jobs, strict=True):
-            overdue = (
-                status == LlmJob.Status.RETRYING
-                and next_attempt_at is not None
-                and next_attempt_at < overdue_cutoff
+            stranded = _stranded(
+                queue, rq_job, status=status, next_attempt_at=next_attempt_at, cutoff=overdue_cutoff
             )
-            stranded = overdue and rq_job_awaits_scheduler(rq_job)
             if rq_job_is_alive(rq_job) and not stranded:
                 continue
             if not job_enqueue_again(job_id=job_id, lost_rq_job_id=rq_job_id):
@@ -133,8 +151,9 @@ def requeue_waiting_jobs(
             if rq_job_is_alive(rq_job):
                 report.requeued_overdue += 1
                 logger.warning(
-                    "job %s: retry overdue (scheduler gone?); enqueued now",
+                    "job %s: %s overdue (scheduler gone?); enqueued now",
                     job_id,
+                    "retry" if status == LlmJob.Status.RETRYING else "held job",
                     extra={"job_id": str(job_id)},
                 )
             else:

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from jobs.models import LlmJob
 from jobs.reconciler import reconcile_jobs
+from jobs.services import job_hold
 from ledger.models import CostEntry
 from tests.conftest import ROOT, submit
 
@@ -169,3 +170,21 @@ def test_an_overdue_retry_whose_rq_job_is_already_queued_is_left_on_the_queue(
     report = reconcile_jobs()
     assert report.requeued_overdue == 0 and report.requeued_lost == 0
     assert LlmJob.objects.get(id=job.id).rq_job_id == job.rq_job_id
+
+
+@pytest.mark.parametrize(("held_for", "requeued"), [(0.001, 1), (600, 0)])
+def test_a_held_queued_job_is_enqueued_again_once_its_scheduled_time_is_overdue(
+    alice_client, settings, held_for, requeued
+):
+    """A job the rate limiter held waits in rq's scheduled registry like a retry; with the
+    scheduler's worker killed nothing moves it, and rq's own fallback takes ten minutes."""
+    settings.LLM_LOST_QUEUE_GRACE_SECONDS = 0
+    settings.LLM_OVERDUE_RETRY_SECONDS = 0
+    job = submit(alice_client)
+    held = job_hold(job_id=job.id, rq_job_id=job.rq_job_id, delay_seconds=held_for, reason="test")
+    assert held is not None
+    time.sleep(1.1)  # rq keeps a scheduled time in whole seconds
+    report = reconcile_jobs()
+    assert report.requeued_overdue == requeued and report.requeued_lost == 0
+    after = LlmJob.objects.get(id=job.id)
+    assert after.status == "queued" and (after.rq_job_id != held.rq_job_id) == bool(requeued)
