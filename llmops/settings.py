@@ -168,6 +168,17 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS"
 SECURE_HSTS_PRELOAD = envbool("DJANGO_SECURE_HSTS_PRELOAD", str(SECURE))
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# Django's defaults, spelled out because tests/test_security_headers.py holds them: scripts
+# never see the session cookie; neither cookie rides along on another site's POST or subrequest
+# (a top-level link to us keeps the session); other sites learn no path of ours from Referer; a
+# page opened from ours cannot reach back into it. The CSRF cookie stays readable by scripts:
+# the live page sends it back as X-CSRFToken (templates/jobs/live.html).
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = False
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 CSRF_TRUSTED_ORIGINS = [
     o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o
 ]
