@@ -2,8 +2,9 @@
 drill's loop and does whatever is due at ``t`` seconds, without ever blocking for long:
 
 - the fake provider's configuration: the 429, 529 and drop windows, the 401s, the long calls;
-- the 401s stop as soon as the breaker is open, and the breaker is closed a few seconds later
-  through ``breaker_close``, as the admin action does;
+- 401s on every call, as with a revoked key, until the breaker has been open a few seconds:
+  then the key is "fixed" (the 401s stop) and the breaker closed through ``breaker_close``, as
+  staff do with the admin action;
 - kill -9 of the llm worker that runs the rq scheduler, once it has calls in flight, then
   watching llmops.respawn start it again;
 - FLUSHDB, noting who held the scheduler lock and which jobs were waiting.
@@ -29,7 +30,7 @@ from ops.chaos.record import BreakerEvent, DrillRecord, FlushEvent, KillEvent, L
 __all__ = ["Conductor"]
 
 FAULT_401_MAX_SECONDS = 5.0
-"""The 401s stop after this even if the breaker never opened (the check then says so)."""
+"""The 401s stop after this if the breaker has not opened by then (the check then says so)."""
 KILL_WAIT_SECONDS = 10.0
 """The kill waits this long, at most, for its worker to have a call in flight."""
 
@@ -134,18 +135,19 @@ class Conductor:
             event.openings += 1
             if event.opened_at is None:
                 event.opened_at, event.reason = t, breaker.reason_code
-            self.fault_401 = False
-            self.say(f"{t:6.1f}s  breaker OPEN ({breaker.reason_code}); 401s stopped")
+            self.say(f"{t:6.1f}s  breaker OPEN ({breaker.reason_code})")
         elif not is_open and self.breaker_was_open:
             self.breaker_was_open = False
             if event.closed_at is None:  # closed by someone else: a probe, staff
                 event.closed_at = t
                 event.closed_by = str(breaker.close_reason if breaker else "")
-        if self.fault_401 and t > event.fault_at + FAULT_401_MAX_SECONDS:
+        never_opened = event.opened_at is None and t > event.fault_at + FAULT_401_MAX_SECONDS
+        if self.fault_401 and never_opened:
             self.fault_401 = False
             self.say(f"{t:6.1f}s  401s stopped: the breaker did not open")
         hold = breaker_hold_seconds(self.options)
         if is_open and event.opened_at is not None and t >= event.opened_at + hold:
+            self.fault_401 = False  # the key is fixed, then staff close the breaker
             if event.closed_at is None and events.breaker_close_as_staff(user=self.user):
                 event.closed_at, event.closed_by_drill = t, True
                 event.closed_by = self.user.get_username()

@@ -52,11 +52,12 @@ monitor after two minutes (alerts/dispatch.py, UNALERTED_FAILURE_GRACE_SECONDS).
 
 @contextmanager
 def _quiet_logs() -> Iterator[None]:
-    """This process submits thousands of jobs: one log line per transition would bury the
-    drill's own lines. Warnings still show; the processes started log everything to files."""
+    """This process submits thousands of jobs and closes the breaker (which re-enqueues the jobs
+    it held, a warning each): their log lines would bury the drill's own. Errors still show; the
+    processes started log everything to their files."""
     root = logging.getLogger()
     previous = root.level
-    root.setLevel(max(previous, logging.WARNING))
+    root.setLevel(max(previous, logging.ERROR))
     try:
         yield
     finally:
@@ -108,6 +109,7 @@ class Drill:
             redis=redis_description(),
         )
         record.notes += [f"overridden by --yes-really: {sign}" for sign in signs]
+        record.open_incidents = events.open_failure_incidents()
         log_dir = self.options.log_dir or Path(tempfile.mkdtemp(prefix="llm_chaos-"))
         log_dir.mkdir(parents=True, exist_ok=True)
         record.log_dir = str(log_dir)

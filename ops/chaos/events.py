@@ -3,14 +3,18 @@ flight, the breaker, the jobs still waiting, and the counters and budgets that m
 negative. Reads only, plus the two writes a drill makes on purpose: FLUSHDB and closing the
 breaker through ``breaker_close``, the service the admin's action calls."""
 
+from datetime import timedelta
 from decimal import Decimal
 
 import django_rq
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.models import Min, Q
+from django.utils import timezone
 from rq import Worker
 from rq.scheduler import SCHEDULER_KEY_TEMPLATE, RQScheduler
 
+from alerts.models import AlertFingerprint
 from jobs.breaker import PROVIDER, breaker_close
 from jobs.models import LlmJob, ProviderBreaker
 from ledger.models import BudgetReservation, BudgetWindow
@@ -23,6 +27,7 @@ __all__ = [
     "breaker_now",
     "in_flight_jobs",
     "negative_values",
+    "open_failure_incidents",
     "redis_flush",
     "scheduler_holder_pid",
     "waiting_jobs",
@@ -86,6 +91,17 @@ def breaker_now() -> ProviderBreaker | None:
 def breaker_close_as_staff(*, user: User) -> bool:
     """What a staff member's "Close the breaker" admin action does (jobs/admin.py)."""
     return breaker_close(provider=PROVIDER, by=user, reason=BREAKER_CLOSE_REASON)
+
+
+def open_failure_incidents() -> set[str]:
+    """Failure fingerprints whose incident is open and was paged within the dedup window: an
+    occurrence now folds into it instead of paging (alerts/notifications.py)."""
+    since = timezone.now() - timedelta(seconds=settings.ALERT_DEDUP_SECONDS)
+    return set(
+        AlertFingerprint.objects.filter(
+            active=True, fingerprint__startswith="failure:", last_sent_at__gte=since
+        ).values_list("fingerprint", flat=True)
+    )
 
 
 def negative_values(*, job_ids: list[str], budget_id: int | None) -> list[str]:

@@ -2,7 +2,8 @@
 
 Alerts, as the receiver got them over HTTP:
 - each CRITICAL condition (a dead-letter fingerprint: severity, reason, feature, model) paged
-  exactly once, however many jobs failed that way;
+  exactly once, however many jobs failed that way (not at all if its incident was paged before
+  the drill and is still open within ALERT_DEDUP_SECONDS: it folds in, as it should);
 - the storms that passed (429s, 529s, dropped connections, the killed worker, the flush) paged
   nobody: no job dead-lettered for a transient reason, no ERROR or CRITICAL alert other than
   the CRITICAL conditions, and every WARNING condition that fired resolved again.
@@ -42,16 +43,21 @@ def _paged_once(record: DrillRecord) -> Check:
         for r in record.received
         if r.action == "trigger" and r.severity == Severity.CRITICAL
     )
-    unpaged = critical - set(pages)
+    folded = critical & record.open_incidents
+    unpaged = critical - folded - set(pages)
     repeated = {fp: n for fp, n in pages.items() if n > 1}
     stray = set(pages) - critical
     expected = record.options.has("401")
     passed = not unpaged and not repeated and not stray and (bool(critical) or not expected)
-    shown = ", ".join(f"{fp.split(':', 2)[2]} x{pages.get(fp, 0)}" for fp in sorted(critical))
+    reasons = Counter(fp.split(":")[2] for fp in critical)
+    kinds = ", ".join(f"{reason} on {n} feature/model pairs" for reason, n in reasons.items())
+    once = sum(1 for fp in critical if pages.get(fp) == 1)
     return Check(
         "CRITICAL paged once",
         passed,
-        f"{len(critical)} CRITICAL condition(s), pages received: {shown or 'none'}"
+        f"{len(critical)} CRITICAL condition(s) ({kinds or 'none'}): {sum(pages.values())} "
+        f"pages received, {once} conditions paged exactly once"
+        + (f"; {len(folded)} folded into incidents open before the drill" if folded else "")
         + (f"; {len(unpaged)} never paged" if unpaged else "")
         + (f"; {len(repeated)} paged more than once" if repeated else "")
         + (f"; {len(stray)} pages for no CRITICAL dead letter" if stray else ""),
@@ -113,14 +119,24 @@ def _all_final(job_ids: set[str] | list[str]) -> tuple[int, int]:
     )
 
 
+def _failed_because(job_ids: set[str]) -> str:
+    reasons = Counter(
+        FailureRecord.objects.filter(job_id__in=list(job_ids)).values_list("reason_code", flat=True)
+    )
+    return ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())
+
+
 def _storm(record: DrillRecord, label: str, served: int, reason: str) -> Check:
     attempts, jobs = _ledger_rows(record, reason_code=reason)
     final, completed = _all_final(jobs)
+    failed = final - completed
     return Check(
         label,
         served > 0 and attempts > 0 and final == len(jobs),
         f"provider {served}, ledger {attempts} attempts ({reason}) of {len(jobs)} jobs: "
-        f"{completed} completed, {final - completed} failed, {len(jobs) - final} not final",
+        f"{completed} completed, {failed} failed"
+        + (f" ({_failed_because(jobs)})" if failed else "")
+        + f", {len(jobs) - final} not final",
     )
 
 

@@ -28,7 +28,8 @@ FAULT_KINDS: dict[str, str] = {
     "429": "429 rate limits on a share of calls (--rate-429) for a quarter of the drill",
     "529": "529 overloaded on every call for an eighth of the drill",
     "drop": "connections cut mid-answer (--drop-rate) through most of the drill",
-    "401": "401s until the circuit breaker opens; the drill closes it as the admin action does",
+    "401": "401s (a revoked key) until the breaker has been open a few seconds; the drill then "
+    "closes it as the admin action does",
     "kill": "the llm worker running the rq scheduler killed with -9 (respawn restarts it)",
     "flush": "FLUSHDB of the system's Redis database while no rq scheduler runs",
     "long": "calls that outlive the stale threshold (the heartbeat must keep them)",
@@ -158,10 +159,11 @@ def knobs(options: DrillOptions) -> list[Knob]:
         ),
         Knob(
             "LLM_RECONCILE_INTERVAL",
-            "3",
+            "5",
             "15",
             "the reconciler looks every few seconds for jobs lost in the flush or left by the "
-            "killed worker",
+            "killed worker (not less: its stall alert fires after three intervals without a "
+            "pass, and a pass under the drill's load can take seconds)",
         ),
         Knob(
             "LLM_LOST_QUEUE_GRACE_SECONDS",

@@ -66,6 +66,9 @@ class DrillRecord:
     user_id: int = 0
     budget_id: int | None = None
     route_ids: list[int] = field(default_factory=list)
+    open_incidents: set[str] = field(default_factory=set)
+    """Failure fingerprints already paged and still open (within ALERT_DEDUP_SECONDS) when the
+    drill started, e.g. by an earlier drill: their new dead letters fold in, unpaged."""
     job_ids: list[str] = field(default_factory=list)
     kill: KillEvent | None = None
     flush: FlushEvent | None = None

@@ -1,0 +1,129 @@
+"""The chaos drill (``manage.py llm_chaos``, ops/chaos/): the reduced drill against the test
+database and Redis index, with real worker processes and every fault kind; its checks failing
+on a broken invariant; and its refusal to run where something else runs."""
+
+import os
+from io import StringIO
+from pathlib import Path
+
+import django_rq
+import httpx
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.utils import timezone
+from rq import Worker
+
+from alerts.models import AlertRoute
+from jobs.models import LlmJob, ProviderBreaker
+from ledger.models import Budget
+from ops.chaos import DrillOptions, Report, evaluate
+from ops.chaos.provider import FakeProvider as DrillProvider
+from ops.chaos.record import DrillRecord
+from tests.conftest import FakeProvider, Workers, submit
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
+
+CHECKS = (
+    "jobs all final",
+    "ledger exact = provider billed",
+    "unknown outcomes covered",
+    "no job billed twice",
+    "nothing negative",
+    "metrics = ledger",
+    "CRITICAL paged once",
+    "storms paged nobody",
+    # One per fault kind: each must have happened, and been recovered from.
+    "429 storm ridden out",
+    "529 window ridden out",
+    "dropped connections",
+    "breaker opened once, closed",
+    "kill -9, restart",
+    "FLUSHDB, no scheduler",
+    "long calls ran once",
+)
+
+
+def _processes_on_the_test_database() -> list[int]:
+    """Processes started with this test database's DATABASE_URL: the drill's, if any is left."""
+    marker = b"DATABASE_URL=mysql://"
+    name = f"/{connection.settings_dict['NAME']}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        start = environ.find(marker)
+        if start >= 0 and environ[start : environ.find(b"\0", start) + 1].endswith(name):
+            found.append(int(entry.name))
+    return found
+
+
+def test_the_reduced_drill_passes_every_check_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    out = StringIO()
+    call_command(
+        "llm_chaos", "--jobs", "300", "--duration", "60", "--log-dir", str(tmp_path), stdout=out
+    )
+    report = out.getvalue()
+    print(report[report.index("LLM chaos drill") :])
+    for name in CHECKS:
+        assert f"PASS  {name} " in report, report
+    assert f"chaos drill PASSED: {len(CHECKS)}/{len(CHECKS)} checks passed, 300 jobs" in report
+    assert LlmJob.objects.count() == 300
+    # Nothing left running, the drill's routes and budget gone, the breaker closed.
+    assert _processes_on_the_test_database() == []
+    assert not AlertRoute.objects.exists() and not Budget.objects.exists()
+    assert not ProviderBreaker.objects.filter(state=ProviderBreaker.State.OPEN).exists()
+
+
+def test_the_checks_fail_on_a_stuck_job_and_a_job_billed_twice(
+    alice_client, fake_provider: FakeProvider, workers: Workers
+) -> None:
+    done = submit(alice_client)
+    workers.drain()
+    stuck = submit(alice_client)  # no worker runs again: it stays queued
+    # A stray copy of the finished job calls the provider again; no ledger row records it.
+    httpx.post(
+        f"{fake_provider.url}/v1/messages",
+        json=done.provider_request(),
+        headers={"x-api-key": "test", "Idempotency-Key": str(done.id)},
+    ).raise_for_status()
+    record = DrillRecord(
+        options=DrillOptions(jobs=2, faults=frozenset()),
+        phases=[],
+        knobs=[],
+        started_at=timezone.now(),
+        database="test",
+        redis="test",
+        job_ids=[str(done.id), str(stuck.id)],
+    )
+    record.billing = DrillProvider(fake_provider.url).billing()
+
+    report = Report(record, evaluate(record), "test")
+
+    assert report.exit_code == 1
+    failed = {check.name: check.figures for check in report.checks if not check.passed}
+    assert set(failed) == {"jobs all final", "unknown outcomes covered", "no job billed twice"}
+    assert "1/2 final" in failed["jobs all final"] and "1 stuck" in failed["jobs all final"]
+    assert "1 others" in failed["no job billed twice"]
+    assert "1 jobs not covered" in failed["unknown outcomes covered"]
+    assert report.lines()[-1].startswith("chaos drill FAILED (jobs all final, ")
+
+
+def test_it_refuses_to_run_where_rq_workers_already_run() -> None:
+    someone_else = Worker(["llm"], connection=django_rq.get_connection("llm"), name="elsewhere")
+    someone_else.register_birth()
+    with pytest.raises(CommandError) as refused:
+        call_command("llm_chaos", "--jobs", "10", "--duration", "40")
+    assert refused.value.returncode == 2
+    assert "1 rq worker(s) already run against redis://" in str(refused.value)
+    assert "--yes-really" in str(refused.value)
+    assert not LlmJob.objects.exists() and not AlertRoute.objects.exists()
+
+
+def test_it_rejects_an_unknown_fault_kind() -> None:
+    with pytest.raises(CommandError, match="--faults: unknown nap"):
+        call_command("llm_chaos", "--faults", "429,nap")
