@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline clean
+.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline chaos clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -52,6 +52,17 @@ test: dev-venv services browser tools lint typecheck
 
 clean:
 	rm -rf $(VENV) db.sqlite3 staticfiles
+
+# The chaos drill (ops/chaos/, docs/operations.md#chaos-drill): the production checklist's faults
+# against the fake provider and real workers, about ten minutes, on its own database (created
+# and migrated if missing) and Redis index, which it FLUSHDBs. CHAOS_ARGS="--jobs 500" passes
+# options on; the report ends the output, and the exit code says whether every check passed.
+CHAOS_DATABASE_URL ?= mysql://root@127.0.0.1:3306/llmops_chaos
+CHAOS_REDIS_URL ?= redis://127.0.0.1:6379/5
+chaos: venv services
+	mysql -h127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS \`$(lastword $(subst /, ,$(CHAOS_DATABASE_URL)))\` CHARACTER SET utf8mb4"
+	DATABASE_URL=$(CHAOS_DATABASE_URL) REDIS_URL=$(CHAOS_REDIS_URL) $(BIN)/python manage.py migrate --noinput -v0
+	DATABASE_URL=$(CHAOS_DATABASE_URL) REDIS_URL=$(CHAOS_REDIS_URL) $(BIN)/python manage.py llm_chaos $(CHAOS_ARGS)
 
 bench: dev-venv services
 	$(BIN)/python bench/throughput.py
