@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -114,9 +115,18 @@ def publish_event(groups: list[str], message: dict[str, Any], *, about: str) -> 
     return True
 
 
-@on_transition
 def publish_transition(job: LlmJob, transition: Transition) -> None:
     try:
         publish_job_event(job)
     except Exception:
         logger.exception("job %s event for %s failed", job.id, transition.value)
+
+
+def publish_transitions(jobs: Sequence[LlmJob], transition: Transition) -> None:
+    """Many jobs at once (a batch's submit, jobs/bulk.py) publish no per-job event: ten
+    thousand would overflow every listener's channel (channels-redis drops what passes
+    CHANNEL_LAYER_CAPACITY, 1,000) and hold the caller for seconds of hand-offs. Whoever made
+    them publishes one event of its own (a batch its ``batch.progress``)."""
+
+
+on_transition(publish_transition, many=publish_transitions)

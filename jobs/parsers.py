@@ -8,10 +8,13 @@ from llmops.errors import RequestTooLarge
 
 
 class LimitedJSONParser(JSONParser):
-    """JSON parser that refuses bodies over LLM_MAX_REQUEST_BYTES before decoding them."""
+    """JSON parser that refuses bodies over a limit (the setting named by ``limit_setting``,
+    LLM_MAX_REQUEST_BYTES by default) before decoding them."""
+
+    limit_setting = "LLM_MAX_REQUEST_BYTES"
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        limit = settings.LLM_MAX_REQUEST_BYTES
+        limit: int = getattr(settings, self.limit_setting)
         request = (parser_context or {}).get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
         if declared and declared.isdigit() and int(declared) > limit:

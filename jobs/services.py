@@ -40,7 +40,7 @@ from jobs.retry_policy import Classification, decide
 from jobs.selectors import jobs_runnable
 from jobs.timeouts import job_timeout_for
 from jobs.transitions import Transition, transition_committed
-from jobs.validation import validate_job_request
+from jobs.validation import JobRequest, validate_job_request
 from ledger.budgets import BudgetRefusal
 from ledger.models import CostEntry
 from ledger.services import (
@@ -58,6 +58,7 @@ __all__ = [
     "SuccessResult",
     "job_attempt_failed",
     "job_budget_refused",
+    "job_build",
     "job_cancel",
     "job_claim",
     "job_complete",
@@ -66,6 +67,7 @@ __all__ = [
     "job_hold",
     "job_recover",
     "job_requeue",
+    "job_rq_options",
     "job_submit",
 ]
 
@@ -112,19 +114,23 @@ def job_enqueue(*, job: LlmJob, delay_seconds: float | None = None) -> None:
     _push_on_commit(job, delay_seconds=delay_seconds)
 
 
+def job_rq_options(job: LlmJob) -> dict[str, Any]:
+    """How a job goes on the llm queue (``Queue.enqueue`` options): under the RQ job id its row
+    points at, with an RQ timeout scaled from its ``max_tokens``, at the front for a priority
+    feature. Also used by the bulk submit (jobs/bulk.py)."""
+    return {
+        "job_id": job.rq_job_id,
+        "job_timeout": job_timeout_for(job.max_tokens),
+        "description": f"llm job {job.id}",
+        "at_front": is_priority_feature(job.feature),
+    }
+
+
 def _push_on_commit(job: LlmJob, *, delay_seconds: float | None = None) -> None:
     """Push the RQ job the row already points at (``rq_job_id``) once the transaction commits."""
-    rq_job_id = job.rq_job_id
-    job_id, timeout = str(job.id), job_timeout_for(job.max_tokens)
-    at_front = is_priority_feature(job.feature)
+    job_id, options = str(job.id), job_rq_options(job)
 
     def push() -> None:
-        options: dict[str, Any] = {
-            "job_id": rq_job_id,
-            "job_timeout": timeout,
-            "description": f"llm job {job_id}",
-            "at_front": at_front,
-        }
         try:
             queue = rq_queue(LLM_QUEUE)
             if delay_seconds:
@@ -179,23 +185,14 @@ def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> 
 
     try:
         with transaction.atomic():
-            # Inserted already pointing at its RQ job: no second write to say so.
-            job = LlmJob.objects.create(
-                rq_job_id=uuid.uuid4().hex,
-                enqueued_at=timezone.now(),
+            job = job_build(
                 user=user,
-                feature=request.feature,
-                model=request.model,
-                messages=request.messages,
-                system=request.system,
-                max_tokens=request.max_tokens,
-                temperature=request.temperature,
-                metadata=request.metadata or {},
-                concurrency_key=request.concurrency_key or "",
+                request=request,
+                fingerprint=fingerprint,
                 idempotency_key=idempotency_key or None,
                 idempotency_key_hash=key_hash,
-                request_fingerprint=fingerprint,
             )
+            job.save(force_insert=True)
             # Notified before the push: the "queued" event must leave before a worker's "running".
             transition_committed(job, Transition.SUBMITTED)
             _push_on_commit(job)
@@ -206,6 +203,34 @@ def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> 
         existing = LlmJob.objects.get(user=user, idempotency_key_hash=key_hash)
         return _replay(existing, fingerprint), False
     return job, True
+
+
+def job_build(
+    *,
+    user: User,
+    request: JobRequest,
+    fingerprint: str,
+    idempotency_key: str | None = None,
+    idempotency_key_hash: str | None = None,
+) -> LlmJob:
+    """The row of a new job, not saved yet: inserted already pointing at its RQ job, so no
+    second write says so (``job_submit``, and many at once in jobs/bulk.py)."""
+    return LlmJob(
+        rq_job_id=uuid.uuid4().hex,
+        enqueued_at=timezone.now(),
+        user=user,
+        feature=request.feature,
+        model=request.model,
+        messages=request.messages,
+        system=request.system,
+        max_tokens=request.max_tokens,
+        temperature=request.temperature,
+        metadata=request.metadata or {},
+        concurrency_key=request.concurrency_key or "",
+        idempotency_key=idempotency_key,
+        idempotency_key_hash=idempotency_key_hash,
+        request_fingerprint=fingerprint,
+    )
 
 
 def _replay(job: LlmJob, fingerprint: str) -> LlmJob:

@@ -11,10 +11,16 @@ A subscriber registered with ``on_transition(..., in_transaction=True)`` runs in
 transition's transaction, right after the metrics' count: what it writes commits or rolls back
 with the transition (batch counters, the next step of a pipeline), and an exception it raises
 rolls the transition back. Keep such subscribers to a few indexed statements.
+
+Many jobs making one transition in one transaction (a batch's submit, jobs/bulk.py) end in
+``transitions_committed`` instead: the metrics count them in one statement per label set, each
+in-transaction subscriber still sees every job, and after commit a subscriber registered with a
+``many`` form receives them all at once (one log line per few hundred jobs, no per-job live
+event); one without it is called once per job.
 """
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -22,12 +28,19 @@ from typing import TYPE_CHECKING
 from django.db import transaction
 
 from llmops.logs import log_context
-from ops.counters import count_job_status
+from ops.counters import count_job_status, count_job_statuses
 
 if TYPE_CHECKING:
     from jobs.models import LlmJob
 
-__all__ = ["Subscriber", "Transition", "on_transition", "transition_committed"]
+__all__ = [
+    "ManySubscriber",
+    "Subscriber",
+    "Transition",
+    "on_transition",
+    "transition_committed",
+    "transitions_committed",
+]
 
 logger = logging.getLogger("jobs.transitions")
 
@@ -52,17 +65,25 @@ class Transition(StrEnum):
 
 
 Subscriber = Callable[["LlmJob", Transition], None]
+ManySubscriber = Callable[[Sequence["LlmJob"], Transition], None]
 
 _subscribers: list[Subscriber] = []
 _in_transaction: list[Subscriber] = []
+_many_forms: dict[Subscriber, ManySubscriber] = {}
 
 
-def on_transition(subscriber: Subscriber, *, in_transaction: bool = False) -> Subscriber:
+def on_transition(
+    subscriber: Subscriber, *, in_transaction: bool = False, many: ManySubscriber | None = None
+) -> Subscriber:
     """Register a subscriber; call it from an ``AppConfig.ready``. By default it runs after the
-    transition commits (best effort); with ``in_transaction=True`` inside its transaction."""
+    transition commits (best effort); with ``in_transaction=True`` inside its transaction.
+    ``many``: its form for many jobs at once after a ``transitions_committed`` (after-commit
+    subscribers only; in-transaction ones always see each job)."""
     registry = _in_transaction if in_transaction else _subscribers
     if subscriber not in registry:
         registry.append(subscriber)
+    if many is not None and not in_transaction:
+        _many_forms[subscriber] = many
     return subscriber
 
 
@@ -73,6 +94,33 @@ def transition_committed(job: "LlmJob", transition: Transition) -> None:
     for subscriber in _in_transaction:
         subscriber(job, transition)
     transaction.on_commit(lambda: _notify(job, transition))
+
+
+def transitions_committed(jobs: Sequence["LlmJob"], transition: Transition) -> None:
+    """``transition_committed`` for many jobs making the same transition in one transaction:
+    one counter statement per feature, model and status instead of one per job, and after
+    commit each subscriber's ``many`` form, where it has one, instead of a call per job."""
+    jobs = list(jobs)
+    if not jobs:
+        return
+    count_job_statuses(jobs)
+    for subscriber in _in_transaction:
+        for job in jobs:
+            subscriber(job, transition)
+    transaction.on_commit(lambda: _notify_many(jobs, transition))
+
+
+def _notify_many(jobs: list["LlmJob"], transition: Transition) -> None:
+    for subscriber in list(_subscribers):
+        many = _many_forms.get(subscriber)
+        if many is None:
+            for job in jobs:
+                _notify_one(subscriber, job, transition)
+            continue
+        try:
+            many(jobs, transition)
+        except Exception:
+            logger.exception("transition subscriber %r failed for %s jobs", many, len(jobs))
 
 
 def _notify(job: "LlmJob", transition: Transition) -> None:
@@ -88,7 +136,50 @@ def _notify(job: "LlmJob", transition: Transition) -> None:
                 logger.exception("transition subscriber %r failed for job %s", subscriber, job.id)
 
 
-@on_transition
+def _notify_one(subscriber: Subscriber, job: "LlmJob", transition: Transition) -> None:
+    with log_context(
+        job_id=str(job.id), feature=job.feature, model=job.model, attempt=job.attempts or None
+    ):
+        try:
+            subscriber(job, transition)
+        except Exception:
+            logger.exception("transition subscriber %r failed for job %s", subscriber, job.id)
+
+
+LOG_LINE_JOBS = 200
+"""Job ids per log line of a bulk transition: a line stays under 8 KB (log shippers cut longer
+ones), and ``grep <job id>`` still finds the job's first transition."""
+
+
+def log_transitions(jobs: Sequence["LlmJob"], transition: Transition) -> None:
+    """The many-jobs form of ``log_transition``: per feature, model and status, one line per
+    ``LOG_LINE_JOBS`` jobs, listing their ids (a field of its own in the JSON logs)."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for job in jobs:
+        groups.setdefault((job.feature, job.model, job.status), []).append(str(job.id))
+    for (feature, model, status), ids in groups.items():
+        for start in range(0, len(ids), LOG_LINE_JOBS):
+            chunk = ids[start : start + LOG_LINE_JOBS]
+            logger.info(
+                "%s jobs %s status=%s feature=%s model=%s (%s-%s of %s): %s",
+                len(chunk),
+                transition.value,
+                status,
+                feature,
+                model,
+                start + 1,
+                start + len(chunk),
+                len(ids),
+                " ".join(chunk),
+                extra={
+                    "transition": transition.value,
+                    "status": status,
+                    "feature": feature,
+                    "model": model,
+                },
+            )
+
+
 def log_transition(job: "LlmJob", transition: Transition) -> None:
     """One structured log line per transition: the job's life can be read from the logs."""
     logger.info(
@@ -109,3 +200,6 @@ def log_transition(job: "LlmJob", transition: Transition) -> None:
             "cost_usd": job.cost_usd if isinstance(job.cost_usd, Decimal | int) else None,
         },
     )
+
+
+on_transition(log_transition, many=log_transitions)

@@ -5,6 +5,7 @@ row still going to run?" in one Redis round trip per batch, not one per row.
 """
 
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from rq import Queue
 from rq.job import Job, JobStatus
@@ -22,6 +23,8 @@ DEAD_RQ_STATUSES = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, Job
 
 BATCH = 500
 """Job ids fetched per Redis round trip."""
+
+RowId = TypeVar("RowId")
 
 
 def rq_jobs_fetch(*, queue: Queue, job_ids: Sequence[str]) -> list[Job | None]:
@@ -57,9 +60,9 @@ def rq_job_awaits_scheduler(job: Job | None) -> bool:
 def rq_jobs_resume(
     *,
     queue: Queue,
-    ids: Sequence[int],
-    job_id_for: Callable[[int], str],
-    enqueue: Callable[[int], object],
+    ids: Sequence[RowId],
+    job_id_for: Callable[[RowId], str],
+    enqueue: Callable[[RowId], object],
 ) -> int:
     """Enqueue again each row whose fixed-id RQ job (``job_id_for(id)``) is gone from Redis or
     dead; a job still waiting or running is left alone. Returns how many were enqueued."""
