@@ -63,13 +63,13 @@ class DeliveryError(Exception):
         self.retryable = retryable
 
 
-def _post_json(*, url: str, payload: dict[str, Any]) -> None:
+def _post_json(*, url: str, payload: dict[str, Any], user_agent: str = "llmops-alerts") -> None:
     try:
         response = httpx.post(
             url,
             json=payload,
             timeout=settings.ALERT_DELIVERY_TIMEOUT,
-            headers={"User-Agent": "llmops-alerts"},
+            headers={"User-Agent": user_agent},
         )
     except httpx.HTTPError as exc:
         # httpx messages may quote the URL; keep the class and a scrubbed message.
@@ -166,11 +166,22 @@ def send_email(*, target: str, message: AlertMessage) -> None:
         raise DeliveryError(f"{type(exc).__name__}: {exc}") from None
 
 
+def send_callback(*, target: str, message: AlertMessage) -> None:
+    """An API consumer's callback (a batch's ``callback_url``): the alert's details are the body.
+    Its host is looked up now, so a name that moved onto a private network is refused too."""
+    if not settings.CALLBACK_ALLOW_PRIVATE_HOSTS:
+        problem = targets.callback_address_problem(target, resolve=True)
+        if problem:
+            raise DeliveryError(problem, retryable=False)
+    _post_json(url=target, payload=message.details, user_agent="llmops-callbacks")
+
+
 SENDERS: dict[str, Callable[..., None]] = {
     targets.SLACK: send_slack,
     targets.PAGERDUTY: send_pagerduty,
     targets.WEBHOOK: send_webhook,
     targets.EMAIL: send_email,
+    targets.CALLBACK: send_callback,
 }
 
 

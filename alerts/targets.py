@@ -8,15 +8,19 @@ Pure on purpose: no Django model import, so that ``llmops/settings.py`` checks `
 with the same rule as the admin before any app is loaded.
 """
 
+import ipaddress
 import re
+import socket
 from urllib.parse import urlparse
 
 __all__ = [
+    "CALLBACK",
     "EMAIL",
     "KINDS",
     "PAGERDUTY",
     "SLACK",
     "WEBHOOK",
+    "callback_address_problem",
     "redact_target",
     "scrub",
     "target_problem",
@@ -31,6 +35,11 @@ WEBHOOK = "webhook"
 EMAIL = "email"
 """Target: comma-separated email addresses."""
 KINDS = (SLACK, PAGERDUTY, WEBHOOK, EMAIL)
+"""The kinds of an alert route."""
+CALLBACK = "callback"
+"""Target: an API consumer's http(s) URL (a batch's ``callback_url``) that receives the alert's
+``details`` as its JSON body. Delivered like an alert, never a route kind: checked as a webhook
+URL, plus ``callback_address_problem``."""
 
 # PagerDuty's integration ("routing") keys are 32 letters and digits; anything else is a paste
 # error that would only show up as a 400 from the Events API when the first incident fires.
@@ -70,10 +79,34 @@ def redact_target(*, kind: str, target: str) -> str:
     if kind == EMAIL:
         # Addresses are not credentials, and operators need to see who was mailed.
         return target
-    if kind in (SLACK, WEBHOOK):
+    if kind in (SLACK, WEBHOOK, CALLBACK):
         host = urlparse(target).hostname or "?"
         return f"{host}/…"
     return f"…{target[-4:]}" if len(target) > 8 else "…"
+
+
+def callback_address_problem(url: str, *, resolve: bool) -> str:
+    """What keeps a caller's callback URL from being sent to, "" if nothing: a host on a private,
+    loopback, link-local or reserved network (the workers would otherwise post wherever an API
+    consumer points them, inside our own network). ``resolve``: look the name up (at send time);
+    without it only a literal address or ``localhost`` is refused (at submit, no DNS wait).
+    Never repeats the URL."""
+    host = urlparse(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return "The callback host is a local address."
+    try:
+        addresses = [ipaddress.ip_address(host)]
+    except ValueError:
+        if not resolve:
+            return ""
+        try:
+            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        except OSError:
+            return ""  # the request fails the same way, as a retryable connection error
+        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+    if any(not address.is_global for address in addresses):
+        return "The callback host is on a private, local or reserved network."
+    return ""
 
 
 def scrub(text: str, *, target: str) -> str:

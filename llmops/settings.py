@@ -634,6 +634,10 @@ ALERT_DEDUP_SECONDS = envint("ALERT_DEDUP_SECONDS", 600, minimum=0)
 ALERT_RETRY_SCHEDULE = alert_retry_schedule_from_env("ALERT_RETRY_SCHEDULE")
 """Delays in seconds before retry n of one delivery; it is recorded failed after the last."""
 ALERT_DELIVERY_TIMEOUT = envfloat("ALERT_DELIVERY_TIMEOUT", 10.0, minimum=0.1)
+CALLBACK_ALLOW_PRIVATE_HOSTS = envbool("CALLBACK_ALLOW_PRIVATE_HOSTS", str(DEBUG))
+"""Let an API consumer's callback URL (a batch's) reach private, loopback and link-local hosts.
+Off in production: the workers would post wherever a caller points them inside our network. On
+with DJANGO_DEBUG (make run), so that a local receiver works."""
 ALERT_QUEUE_WAIT_THRESHOLDS = queue_wait_thresholds_from_env("ALERT_QUEUE_WAIT_THRESHOLDS")
 """Per queue: a WARNING when its oldest waiting job has waited longer than this many seconds."""
 ALERT_QUEUE_CLEAR_RATIO = queue_clear_ratio_from_env("ALERT_QUEUE_CLEAR_RATIO")
