@@ -1,3 +1,12 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []
+from batches.apis import BatchCancelApi, BatchDetailApi, BatchJobsApi, BatchListCreateApi
+
+app_name = "batches"
+
+urlpatterns = [
+    path("", BatchListCreateApi.as_view(), name="batch-list"),
+    path("<str:batch_id>/", BatchDetailApi.as_view(), name="batch-detail"),
+    path("<str:batch_id>/jobs/", BatchJobsApi.as_view(), name="batch-jobs"),
+    path("<str:batch_id>/cancel/", BatchCancelApi.as_view(), name="batch-cancel"),
+]

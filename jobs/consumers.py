@@ -85,3 +85,9 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": message["type"], "pipeline": message["pipeline"]})
 
     pipeline_finished = pipeline_step_completed
+
+    async def batch_progress(self, message: dict[str, Any]) -> None:
+        """Batch events (batches/events.py) go to their owner's group only."""
+        await self.send_json({"type": message["type"], "batch": message["batch"]})
+
+    batch_finished = batch_progress

@@ -10,6 +10,7 @@ import hashlib
 __all__ = [
     "ALERTS_QUEUE",
     "ALERT_FOR_FAILURE_TASK",
+    "BATCH_CANCEL_TASK",
     "DEFAULT_QUEUE",
     "DELIVER_ALERT_TASK",
     "FINGERPRINT_CHECK_TASK",
@@ -19,6 +20,7 @@ __all__ = [
     "REQUEUE_MATCHING_TASK",
     "RUN_LLM_JOB_TASK",
     "alert_for_failure_job_id",
+    "batch_cancel_job_id",
     "bulk_requeue_job_id",
     "concurrency_key_slots_key",
     "job_lock_key",
@@ -42,6 +44,7 @@ ALERT_FOR_FAILURE_TASK = "alerts.tasks.alert_for_failure"
 DELIVER_ALERT_TASK = "alerts.tasks.deliver_alert"
 FINGERPRINT_CHECK_TASK = "alerts.tasks.failure_fingerprint_check"
 REQUEUE_MATCHING_TASK = "alerts.tasks.requeue_matching"
+BATCH_CANCEL_TASK = "batches.tasks.cancel_batch_jobs"
 
 KEY_PREFIX = "llmops:"
 """Every Redis key of ours starts with this (rq's own keys start with ``rq:``)."""
@@ -99,6 +102,12 @@ def bulk_requeue_job_id(bulk_id: int) -> str:
     """A fixed RQ job id per BulkRequeue lets the sweep tell a waiting or running job from a
     lost one."""
     return f"bulk-requeue-{bulk_id}"
+
+
+def batch_cancel_job_id(batch_id: object) -> str:
+    """A fixed RQ job id per batch for cancelling its waiting jobs in the background: the sweep
+    tells a waiting or running one from a lost one, and a second request adds no copy."""
+    return f"batch-cancel-{batch_id}"
 
 
 def job_events_group(user_id: object) -> str:

@@ -331,6 +331,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_AUTHENTICATION": [],
     # Request and response bodies as separate components: read-only fields are not inputs.
     "COMPONENT_SPLIT_REQUEST": True,
+    # Two "status" choice sets: a job's, and a batch's (a pipeline's has the same values).
+    "ENUM_NAME_OVERRIDES": {
+        "JobStatusEnum": "jobs.models.LlmJob.Status",
+        "BatchStatusEnum": "batches.models.Batch.Status",
+    },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
@@ -410,6 +415,14 @@ those whose parser names a larger setting of its own (llmops/body_limits.py)."""
 WS_MAX_MESSAGE_BYTES = envint("WS_MAX_MESSAGE_BYTES", 16 * 1024, minimum=1024)
 """Largest WebSocket message a client may send (uvicorn's --ws-max-size, llmops/web.py; the
 socket is then closed with 1009). /ws/jobs/ is server-to-client: a client has nothing to say."""
+LLM_BATCH_MAX_ITEMS = envint("LLM_BATCH_MAX_ITEMS", 10_000, minimum=1)
+"""Most items in one batch (POST /api/v1/batches/)."""
+LLM_BATCH_MAX_REQUEST_BYTES = envint("LLM_BATCH_MAX_REQUEST_BYTES", 16 * 1024 * 1024, minimum=1024)
+"""Largest batch body: 10,000 items of about 1.6 KB each. The web process holds the parsed body
+(several times its size) while it works, so a bigger one wants several batches instead."""
+LLM_BATCH_PROGRESS_INTERVAL = envfloat("LLM_BATCH_PROGRESS_INTERVAL", 1.0, minimum=0.0)
+"""Seconds between two batch.progress events of one batch from one process (batches/events.py);
+the last change of an interval is always sent at its end."""
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(LLM_MAX_REQUEST_BYTES + 1, 2_621_440)
 LLM_MAX_ATTEMPTS = envint("LLM_MAX_ATTEMPTS", 10, minimum=1)
 PIPELINE_MAX_STEPS = envint("PIPELINE_MAX_STEPS", 20, minimum=1)

@@ -25,6 +25,7 @@ from alerts.admin.filters import AgeFilter, AttemptsFilter, CommentForm, CostFil
 from alerts.models import BulkRequeue, FailureRecord
 from alerts.selectors import failure_requeue_estimate
 from alerts.services import bulk_requeue_start, failure_close, failure_requeue
+from batches.admin_filters import BatchFilter
 from jobs.models import LlmJob
 from ledger.selectors import cost_entries_for_job
 from llmops.errors import ApplicationError
@@ -74,6 +75,7 @@ class FailureRecordAdmin(admin.ModelAdmin):
         CostFilter,
         AgeFilter,
         "state",
+        BatchFilter,
     ]
     search_fields = ["=job__id", "=request_id", "message"]
     list_select_related = ["job"]

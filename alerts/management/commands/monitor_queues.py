@@ -3,6 +3,7 @@ from alerts.notifications import alert_failure_incidents_check
 from alerts.queue_health import queue_health_check
 from alerts.retry_health import retry_overdue_check
 from alerts.services import bulk_requeues_resume
+from batches.services import batch_cancels_resume
 from llmops.loops import LoopCommand
 
 
@@ -12,7 +13,8 @@ class Command(LoopCommand):
         "raise a WARNING over the threshold and resolve it when it clears; the same for the "
         "oldest overdue retry (LLM_OVERDUE_RETRY_ALERT_SECONDS); re-enqueue the alerts of "
         "failures and the alert deliveries Redis lost; resolve failure alerts whose DLQ "
-        "records are all handled; resume bulk requeues Redis lost. Once, or --loop, "
+        "records are all handled; resume bulk requeues and batch cancels Redis lost. Once, "
+        "or --loop, "
         "surviving Redis and database errors."
     )
     loop_name = "monitor"
@@ -25,9 +27,12 @@ class Command(LoopCommand):
         realerted = alert_failures_resume()
         cleared = alert_failure_incidents_check()
         bulk = bulk_requeues_resume()
+        batch_cancels = batch_cancels_resume()
         lines = []
         if bulk:
             lines.append(f"monitor: resumed {bulk} bulk requeues lost from Redis")
+        if batch_cancels:
+            lines.append(f"monitor: resumed {batch_cancels} batch cancels lost from Redis")
         if resumed:
             lines.append(f"monitor: resumed {resumed} alert deliveries lost from Redis")
         if realerted or not self.looping:

@@ -1,0 +1,225 @@
+"""Thin DRF views of /api/v1/batches/: validate, call a service or selector, serialize."""
+
+import uuid
+from typing import Any, cast
+
+from django.contrib.auth.models import User
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
+from rest_framework import serializers, status
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from batches.api_schema import SUBMIT_EXAMPLE, BatchSubmitSerializer, BatchSubmittedSerializer
+from batches.models import Batch
+from batches.parsers import BatchJSONParser
+from batches.selectors import (
+    batch_get_for_user,
+    batch_item_indexes,
+    batch_jobs,
+    batch_list_for_user,
+)
+from batches.serializers import BatchOutputSerializer, BatchRowSerializer
+from batches.services import batch_cancel, batch_submit
+from jobs.apis import JobOutputSerializer
+from jobs.models import LlmJob
+from llmops.errors import NotFound
+from llmops.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors
+from llmops.throttles import SubmitThrottle
+
+BATCH_ID = OpenApiParameter(
+    "batch_id",
+    OpenApiTypes.UUID,
+    OpenApiParameter.PATH,
+    description="The batch's id; any other value, or another user's batch, answers 404.",
+)
+
+_SUBMIT_400 = [
+    "invalid_body",
+    "unknown_field",
+    "invalid_name",
+    "invalid_allow_failures",
+    "invalid_callback_url",
+    "invalid_items",
+    "too_many_items",
+    "invalid_feature",
+    "unknown_model",
+    "invalid_idempotency_key",
+]
+
+
+def _parse_id(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError as exc:
+        raise NotFound("No such batch.", code="batch_not_found") from exc
+
+
+class _Pagination(PageNumberPagination):
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+class BatchJobSerializer(JobOutputSerializer):
+    """A job of the batch, as the jobs API shows it, with the items it runs."""
+
+    items = serializers.SerializerMethodField()
+
+    class Meta(JobOutputSerializer.Meta):
+        fields = [*JobOutputSerializer.Meta.fields, "items"]
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_items(self, job: LlmJob) -> list[int]:
+        """The indexes of the batch's items this job runs (several for identical items)."""
+        indexes: dict[Any, list[int]] = self.context["indexes"]
+        return indexes.get(job.id, [])
+
+
+class BatchListCreateApi(APIView):
+    parser_classes = [BatchJSONParser]
+    throttle_classes = [SubmitThrottle]  # POST only (one batch counts as one submit)
+    pagination_class = _Pagination
+
+    @extend_schema(
+        operation_id="batches_submit",
+        summary="Submit a batch of jobs",
+        request=BatchSubmitSerializer,
+        examples=[SUBMIT_EXAMPLE],
+        parameters=[
+            IDEMPOTENCY_KEY,
+            OpenApiParameter(
+                "Location",
+                OpenApiTypes.URI,
+                OpenApiParameter.HEADER,
+                response=[202],
+                description="The batch's status URL.",
+            ),
+            *error_headers(),
+        ],
+        responses={
+            202: OpenApiResponse(
+                BatchSubmittedSerializer,
+                description=(
+                    "Accepted: every item valid, its jobs queued (or the first batch of a "
+                    "repeated Idempotency-Key)."
+                ),
+            ),
+            **errors(
+                {
+                    400: _SUBMIT_400,
+                    409: ["idempotency_conflict"],
+                    413: [],
+                    415: [],
+                    429: ["budget_exceeded"],
+                },
+                descriptions={
+                    413: "The body is larger than LLM_BATCH_MAX_REQUEST_BYTES.",
+                    400: (
+                        "The request is invalid. `invalid_items`: detail.indexes lists every "
+                        "bad item, detail.errors describes the first 100 ({index, code, "
+                        "message, field}); nothing was saved."
+                    ),
+                },
+            ),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        batch, _created = batch_submit(
+            user=cast(User, request.user),
+            data=request.data,
+            idempotency_key=request.headers.get("Idempotency-Key"),
+        )
+        status_url = reverse("batches:batch-detail", kwargs={"batch_id": batch.id})
+        return Response(
+            {"id": str(batch.id), "status": batch.status, "status_url": status_url},
+            status=status.HTTP_202_ACCEPTED,
+            headers={"Location": request.build_absolute_uri(status_url)},
+        )
+
+    @extend_schema(
+        operation_id="batches_list",
+        summary="The caller's batches, newest first",
+        parameters=[OpenApiParameter("status", enum=Batch.Status.values), *error_headers()],
+        responses={
+            200: BatchRowSerializer(many=True),
+            **errors({400: ["invalid_filter"], 404: []}, descriptions=PAGE_NOT_FOUND),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        batches = batch_list_for_user(
+            user=cast(User, request.user), status=request.query_params.get("status")
+        )
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(batches, request, view=self)
+        return paginator.get_paginated_response(BatchRowSerializer(page, many=True).data)
+
+
+class BatchDetailApi(APIView):
+    @extend_schema(
+        operation_id="batches_retrieve",
+        summary="A batch: status, counters (items) and cost",
+        parameters=[BATCH_ID, *error_headers()],
+        responses={200: BatchOutputSerializer, **errors({404: ["batch_not_found"]})},
+    )
+    def get(self, request: Request, batch_id: str) -> Response:
+        batch = batch_get_for_user(user=cast(User, request.user), batch_id=_parse_id(batch_id))
+        return Response(BatchOutputSerializer(batch).data)
+
+
+class BatchJobsApi(APIView):
+    pagination_class = _Pagination
+
+    @extend_schema(
+        operation_id="batches_jobs",
+        summary="A batch's jobs, in the order of their first item",
+        parameters=[
+            BATCH_ID,
+            OpenApiParameter("status", enum=LlmJob.Status.values),
+            *error_headers(),
+        ],
+        responses={
+            200: BatchJobSerializer(many=True),
+            **errors(
+                {400: ["invalid_filter"], 404: ["batch_not_found"]},
+                descriptions={404: "No such batch (or not yours), or a page past the last."},
+            ),
+        },
+    )
+    def get(self, request: Request, batch_id: str) -> Response:
+        batch = batch_get_for_user(user=cast(User, request.user), batch_id=_parse_id(batch_id))
+        jobs = batch_jobs(batch=batch, status=request.query_params.get("status"))
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(jobs, request, view=self) or []
+        indexes = batch_item_indexes(batch=batch, job_ids=[job.id for job in page])
+        data = BatchJobSerializer(page, many=True, context={"indexes": indexes}).data
+        return paginator.get_paginated_response(data)
+
+
+class BatchCancelApi(APIView):
+    @extend_schema(
+        operation_id="batches_cancel",
+        summary="Cancel a batch: its jobs not yet running are cancelled",
+        request=None,
+        parameters=[BATCH_ID, *error_headers()],
+        responses={
+            200: OpenApiResponse(
+                BatchOutputSerializer,
+                description=(
+                    "Cancelled (or already stopped): waiting jobs are being cancelled in the "
+                    "background; jobs already running end on their own."
+                ),
+            ),
+            **errors({404: ["batch_not_found"], 409: ["not_cancellable"]}),
+        },
+    )
+    def post(self, request: Request, batch_id: str) -> Response:
+        batch = batch_get_for_user(user=cast(User, request.user), batch_id=_parse_id(batch_id))
+        return Response(BatchOutputSerializer(batch_cancel(batch=batch)).data)

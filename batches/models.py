@@ -1,0 +1,138 @@
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+from alerts.targets import WEBHOOK, redact_target
+from jobs.models import LlmJob
+
+
+class Batch(models.Model):
+    """Many LLM jobs submitted at once and followed as one (Laravel's ``Bus::batch``).
+
+    Every item is an ordinary ``LlmJob`` run by the ordinary workers; identical items share one
+    job (``BatchItem``). The counters count items and move inside the transitions of those jobs
+    (batches/counters.py), so they stay exact under any number of workers.
+
+    Status:
+        running    no outcome decided yet
+        completed  every item ended (with ``allow_failures``, some may have failed)
+        cancelled  the owner or staff cancelled it: its waiting jobs were cancelled
+        failed     without ``allow_failures``, an item failed: the rest was cancelled
+    ``status`` says the outcome as soon as it is decided; ``finished_at`` is set once, when no
+    item is pending any more (jobs already running when a batch is cancelled still end).
+    """
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        COMPLETED = "completed", "Completed"
+        CANCELLED = "cancelled", "Cancelled"
+        FAILED = "failed", "Failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    name = models.CharField(max_length=200, blank=True)
+    feature = models.SlugField(max_length=64)
+    model = models.CharField(max_length=100)
+    allow_failures = models.BooleanField(
+        default=True, help_text="Off: the first failed item cancels the rest (status failed)."
+    )
+    callback_url = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Receives one POST when the batch finishes. A secret: shown redacted.",
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+
+    # Items, not jobs: identical items share a job and count once each.
+    total = models.PositiveIntegerField()
+    jobs_total = models.PositiveIntegerField(help_text="Distinct jobs (identical items share one).")
+    # Signed on purpose: a counting bug must show as a wrong number, never fail a job's transition.
+    pending = models.IntegerField(help_text="Items whose job is queued, running or retrying.")
+    completed = models.IntegerField(default=0)
+    failed = models.IntegerField(default=0)
+    cancelled = models.IntegerField(default=0)
+
+    idempotency_key_hash = models.CharField(
+        max_length=64, null=True, blank=True, help_text="SHA-256 of its Idempotency-Key, if any."
+    )
+    request_fingerprint = models.CharField(
+        max_length=64, blank=True, help_text="SHA-256 of the body, kept with an Idempotency-Key."
+    )
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    cancel_requested_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a cancel (or the first failure) stopped it."
+    )
+    jobs_cancelled_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the background cancel of its waiting jobs ended."
+    )
+    finished_at = models.DateTimeField(null=True, blank=True)
+    callback_alert = models.ForeignKey(
+        "alerts.Alert",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The callback's delivery record (alerts app): attempts, errors.",
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "batches"
+        indexes = [
+            models.Index(fields=["user", "-created_at"], name="batch_user_created"),
+            models.Index(fields=["status", "-created_at"], name="batch_status_created"),
+            # The monitor's sweep for cancels whose background job Redis lost.
+            models.Index(
+                fields=["jobs_cancelled_at", "cancel_requested_at"], name="batch_cancel_sweep"
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "idempotency_key_hash"], name="unique_batch_idempotency_key"
+            )
+        ]
+        permissions = [("cancel_batch", "Can cancel any batch")]
+
+    def __str__(self) -> str:
+        return f"{self.name or 'batch'} {self.id} ({self.status})"
+
+    @property
+    def done(self) -> int:
+        return self.completed + self.failed + self.cancelled
+
+    @property
+    def percent(self) -> int:
+        return 100 if not self.total else int(self.done * 100 / self.total)
+
+    @property
+    def callback_redacted(self) -> str:
+        return redact_target(kind=WEBHOOK, target=self.callback_url) if self.callback_url else ""
+
+
+class BatchItem(models.Model):
+    """One item of a batch and the job that runs it. Identical items (the same request
+    fingerprint) point at one job: it runs once and its result is each one's result."""
+
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="items")
+    index = models.PositiveIntegerField(help_text="Position in the submitted items, from 0.")
+    job = models.ForeignKey(
+        LlmJob, on_delete=models.PROTECT, related_name="batch_items", db_index=False
+    )
+    runs_job = models.BooleanField(
+        help_text="The first item of its job (the others share it): the batch's job list."
+    )
+
+    class Meta:
+        ordering = ["batch", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["batch", "index"], name="unique_batch_item_index")
+        ]
+        indexes = [
+            # The transition subscriber's lookup (job -> batch, items), read from the index alone.
+            models.Index(fields=["job", "batch"], name="batchitem_job_batch"),
+        ]
+
+    def __str__(self) -> str:
+        return f"item {self.index} of batch {self.batch_id}"

@@ -1,0 +1,323 @@
+"""Every write on a batch: submit, stop (cancel, or the first failure without allow_failures),
+finish, and the background cancel of a stopped batch's waiting jobs.
+
+The counters move in batches/counters.py, inside the transitions of the batch's jobs; the jobs
+themselves only ever change through the services of jobs/ (``jobs_submit_many``, ``job_cancel``).
+"""
+
+import logging
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+import django_rq
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from rq import Queue
+
+from batches.callbacks import callback_record
+from batches.events import flush_progress, progress_on_commit, publish_finished_on_commit
+from batches.models import Batch, BatchItem
+from batches.selectors import batch_with_cost
+from batches.serializers import BatchOutputSerializer
+from batches.validation import (
+    ITEM_FIELDS,
+    MARKER_KEY,
+    batch_request_fingerprint,
+    check_item_metadata,
+    validate_batch_request,
+)
+from jobs.admission import idempotency_key_hash
+from jobs.bulk import NewJob, job_requests_validate, jobs_submit_many
+from jobs.models import LlmJob
+from jobs.services import job_cancel
+from llmops.errors import Conflict, ValidationFailed
+from llmops.queues import BATCH_CANCEL_TASK, DEFAULT_QUEUE, batch_cancel_job_id
+from llmops.rq_jobs import rq_job_is_alive, rq_jobs_fetch, rq_jobs_resume
+
+__all__ = [
+    "CANCEL_CHUNK",
+    "CANCEL_GRACE_SECONDS",
+    "CANCEL_JOB_TIMEOUT",
+    "batch_cancel",
+    "batch_cancel_jobs_enqueue_on_commit",
+    "batch_cancel_jobs_run",
+    "batch_cancels_resume",
+    "batch_finished",
+    "batch_stop",
+    "batch_submit",
+]
+
+logger = logging.getLogger(__name__)
+
+ITEM_INSERT_ROWS = 1000
+"""BatchItem rows per INSERT (four small columns each)."""
+CANCEL_CHUNK = 200
+"""Jobs read per query by the background cancel; each is then cancelled in its own transaction
+(``job_cancel``), so a running job is never waited for and one refusal undoes nothing."""
+CANCEL_JOB_TIMEOUT = 3600
+"""Seconds the background cancel may run: 10,000 jobs at a few ms each take under a minute. One
+killed on timeout is resumed by the monitor (``batch_cancels_resume``) and starts again."""
+CANCEL_GRACE_SECONDS = 60.0
+"""A stopped batch whose background cancel has not ended this long after the stop, and whose RQ
+job is gone from Redis, lost it (flush, failover, an enqueue that failed after commit)."""
+
+
+# --- Submit -------------------------------------------------------------------------------------
+
+
+def batch_submit(
+    *, user: User, data: Any, idempotency_key: str | None = None
+) -> tuple[Batch, bool]:
+    """Validate every item as a job, then insert the batch, its jobs (identical items share one)
+    and its items in one transaction; the jobs are enqueued in chunks after commit. One bad item
+    refuses everything (``400 invalid_items`` with every bad index). Returns (batch, created);
+    a repeated Idempotency-Key with the same body returns the first batch."""
+    request = validate_batch_request(data)
+
+    key_hash = fingerprint = None
+    if idempotency_key:
+        if len(idempotency_key) > 255:
+            raise ValidationFailed(
+                "Idempotency-Key must be at most 255 characters.", code="invalid_idempotency_key"
+            )
+        key_hash = idempotency_key_hash(idempotency_key)
+        fingerprint = batch_request_fingerprint(data)
+        existing = Batch.objects.filter(user=user, idempotency_key_hash=key_hash).first()
+        if existing is not None:
+            return _replay(existing, fingerprint), False
+
+    requests = job_requests_validate(
+        user=user,
+        items=request.items,
+        shared=request.shared(),
+        item_fields=ITEM_FIELDS,
+        check_item=check_item_metadata,
+    )
+    # Identical items (the same request fingerprint) share the job of the first of them.
+    job_of_item: list[int] = []
+    firsts: dict[str, int] = {}
+    unique: list[tuple[Any, str]] = []
+    for item_request in requests:
+        item_fingerprint = item_request.fingerprint()
+        position = firsts.get(item_fingerprint)
+        if position is None:
+            position = firsts[item_fingerprint] = len(unique)
+            unique.append((item_request, item_fingerprint))
+        job_of_item.append(position)
+
+    try:
+        with transaction.atomic():
+            batch = Batch.objects.create(
+                user=user,
+                name=request.name,
+                feature=request.feature,
+                model=request.model,
+                allow_failures=request.allow_failures,
+                callback_url=request.callback_url,
+                total=len(requests),
+                jobs_total=len(unique),
+                pending=len(requests),
+                idempotency_key_hash=key_hash,
+                request_fingerprint=fingerprint or "",
+            )
+            marker = {"id": str(batch.id)}
+            jobs = jobs_submit_many(
+                user=user,
+                new_jobs=[
+                    NewJob(
+                        request=replace(
+                            item_request,
+                            metadata={**(item_request.metadata or {}), MARKER_KEY: marker},
+                        ),
+                        fingerprint=item_fingerprint,
+                    )
+                    for item_request, item_fingerprint in unique
+                ],
+            )
+            seen: set[int] = set()
+            items = []
+            for index, position in enumerate(job_of_item):
+                items.append(
+                    BatchItem(
+                        batch=batch,
+                        index=index,
+                        job_id=jobs[position].id,
+                        runs_job=position not in seen,
+                    )
+                )
+                seen.add(position)
+            BatchItem.objects.bulk_create(items, batch_size=ITEM_INSERT_ROWS)
+            progress_on_commit(batch)
+    except IntegrityError:
+        # Two submits with the same key raced; the first insert won.
+        if not key_hash:
+            raise
+        existing = Batch.objects.get(user=user, idempotency_key_hash=key_hash)
+        return _replay(existing, fingerprint or ""), False
+    logger.info(
+        "batch %s submitted: %s items, %s jobs, feature=%s model=%s",
+        batch.id,
+        batch.total,
+        batch.jobs_total,
+        batch.feature,
+        batch.model,
+    )
+    return batch, True
+
+
+def _replay(batch: Batch, fingerprint: str) -> Batch:
+    if batch.request_fingerprint != fingerprint:
+        raise Conflict(
+            "This Idempotency-Key was used with a different request body.",
+            code="idempotency_conflict",
+            detail={"batch_id": str(batch.id)},
+        )
+    return batch
+
+
+# --- Stop, finish -------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def batch_cancel(*, batch: Batch) -> Batch:
+    """Stop a running batch: ``cancelled`` at once, its waiting jobs cancelled in the background
+    (jobs already running end on their own). Cancelling a stopped batch again changes nothing;
+    a finished one cannot be cancelled (409)."""
+    if not batch_stop(batch=batch, status=Batch.Status.CANCELLED, reason="cancel requested"):
+        current = Batch.objects.get(id=batch.id)
+        if current.finished_at is not None:
+            raise Conflict(
+                f"A finished batch ({current.status}) cannot be cancelled.",
+                code="not_cancellable",
+                detail={"status": current.status},
+            )
+    return batch_with_cost(batch_id=batch.id)
+
+
+def batch_stop(*, batch: Batch, status: str, reason: str) -> bool:
+    """running -> cancelled | failed, once: record it and cancel the batch's waiting jobs in the
+    background after commit. Returns False when the batch was already stopped or finished.
+    Inside a transaction (the cancel request's, or the failed job's)."""
+    now = timezone.now()
+    stopped = Batch.objects.filter(
+        id=batch.id, status=Batch.Status.RUNNING, finished_at__isnull=True
+    ).update(status=status, cancel_requested_at=now)
+    if not stopped:
+        return False
+    batch.status, batch.cancel_requested_at = status, now
+    batch_cancel_jobs_enqueue_on_commit(batch_id=batch.id)
+    batch_id = batch.id
+    transaction.on_commit(lambda: logger.info("batch %s %s: %s", batch_id, status, reason))
+    return True
+
+
+def batch_finished(*, batch_id: UUID) -> None:
+    """What happens once when a batch finishes, in the transaction that finished it
+    (batches/counters.py): its callback is recorded, and ``batch.finished`` goes out after
+    commit."""
+    batch = batch_with_cost(batch_id=batch_id)
+    representation = dict(BatchOutputSerializer(batch).data)
+    if batch.callback_url:
+        alert = callback_record(batch=batch, representation=representation)
+        Batch.objects.filter(id=batch.id).update(callback_alert=alert)
+    publish_finished_on_commit(batch, representation)
+    summary = (
+        f"batch {batch.id} finished: {batch.status}, {batch.completed} completed, "
+        f"{batch.failed} failed, {batch.cancelled} cancelled of {batch.total} items"
+    )
+    transaction.on_commit(lambda: logger.info(summary))
+
+
+# --- Cancelling a stopped batch's waiting jobs, in the background -------------------------------
+
+
+def batch_cancel_jobs_enqueue_on_commit(*, batch_id: UUID, if_idle: bool = False) -> None:
+    """Queue the background cancel of the batch's waiting jobs once the transaction commits.
+    ``if_idle``: only if its RQ job is not already waiting or running."""
+
+    def enqueue() -> None:
+        queue = django_rq.get_queue(DEFAULT_QUEUE)
+        rq_job_id = batch_cancel_job_id(batch_id)
+        if if_idle and rq_job_is_alive(rq_jobs_fetch(queue=queue, job_ids=[rq_job_id])[0]):
+            return
+        _cancel_jobs_enqueue(queue, batch_id)
+
+    # robust: a Redis error must not fail the transition or the request; the monitor's
+    # batch_cancels_resume enqueues it again.
+    transaction.on_commit(enqueue, robust=True)
+
+
+def _cancel_jobs_enqueue(queue: Queue, batch_id: UUID) -> None:
+    queue.enqueue(
+        BATCH_CANCEL_TASK,
+        str(batch_id),
+        job_id=batch_cancel_job_id(batch_id),
+        job_timeout=CANCEL_JOB_TIMEOUT,
+        description=f"cancel the waiting jobs of batch {batch_id}",
+    )
+
+
+def batch_cancel_jobs_run(*, batch_id: UUID) -> str:
+    """Cancel every waiting job of a stopped batch through ``job_cancel``, in the order of the
+    items, ``CANCEL_CHUNK`` jobs per query; a job that started meanwhile ends on its own.
+    Safe to run twice: a cancelled job is not waiting any more. Returns a summary."""
+    batch = Batch.objects.filter(id=batch_id).only("id", "cancel_requested_at").first()
+    if batch is None or batch.cancel_requested_at is None:
+        return f"batch {batch_id}: not stopped, nothing to cancel"
+    cancelled = started = 0
+    after = -1
+    while True:
+        rows = list(
+            BatchItem.objects.filter(
+                batch_id=batch_id,
+                runs_job=True,
+                index__gt=after,
+                job__status__in=LlmJob.WAITING_STATUSES,
+            )
+            .order_by("index")
+            .values_list("index", "job_id")[:CANCEL_CHUNK]
+        )
+        if not rows:
+            break
+        after = rows[-1][0]
+        for job in LlmJob.objects.filter(id__in=[job_id for _, job_id in rows]):
+            try:
+                job_cancel(job=job)
+                cancelled += 1
+            except Conflict:
+                started += 1
+    Batch.objects.filter(id=batch_id).update(jobs_cancelled_at=timezone.now())
+    flush_progress(batch_id)
+    summary = f"batch {batch_id}: {cancelled} waiting jobs cancelled, {started} had started"
+    logger.info(summary)
+    return summary
+
+
+def batch_cancels_resume(*, grace_seconds: float = CANCEL_GRACE_SECONDS) -> int:
+    """Enqueue again the background cancel of stopped, unfinished batches whose RQ job is gone
+    from Redis or died before it ended (a monitor pass). Returns how many."""
+    cutoff = timezone.now() - timedelta(seconds=grace_seconds)
+    ids = list(
+        Batch.objects.filter(
+            jobs_cancelled_at__isnull=True,
+            cancel_requested_at__lt=cutoff,
+            finished_at__isnull=True,
+        )
+        .order_by("cancel_requested_at")
+        .values_list("id", flat=True)[:500]
+    )
+    if not ids:
+        return 0
+    queue = django_rq.get_queue(DEFAULT_QUEUE)
+    resumed = rq_jobs_resume(
+        queue=queue,
+        ids=ids,
+        job_id_for=batch_cancel_job_id,
+        enqueue=lambda batch_id: _cancel_jobs_enqueue(queue, batch_id),
+    )
+    if resumed:
+        logger.warning("re-enqueued the cancel of %s batch(es) whose RQ job was lost", resumed)
+    return resumed

@@ -1,0 +1,10 @@
+"""RQ entry points of the batches app: load by id, call a service. No rule lives here."""
+
+from uuid import UUID
+
+from batches.services import batch_cancel_jobs_run
+
+
+def cancel_batch_jobs(batch_id: str) -> str:
+    """The background cancel of a stopped batch's waiting jobs (default queue)."""
+    return batch_cancel_jobs_run(batch_id=UUID(batch_id))

@@ -1,0 +1,141 @@
+"""The shape of a batch body. Each item is validated as a job (jobs/bulk.py), by the job rules."""
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from alerts.targets import WEBHOOK, callback_address_problem, target_problem
+from jobs.validation import JobRequest
+from llmops.errors import ValidationFailed
+
+__all__ = [
+    "BATCH_FIELDS",
+    "ITEM_FIELDS",
+    "MARKER_KEY",
+    "MAX_CALLBACK_URL_LENGTH",
+    "MAX_NAME_LENGTH",
+    "BatchRequest",
+    "batch_request_fingerprint",
+    "check_item_metadata",
+    "validate_batch_request",
+]
+
+BATCH_FIELDS = frozenset({"name", "feature", "model", "items", "allow_failures", "callback_url"})
+ITEM_FIELDS = frozenset({"messages", "max_tokens", "system", "temperature", "metadata"})
+"""What an item may carry; ``feature`` and ``model`` are the batch's, for every item."""
+MARKER_KEY = "llmops_batch"
+"""The key the batch adds to its jobs' metadata: lets the transition subscriber skip every job
+that is in no batch without a query (batches/counters.py). Reserved in an item's metadata."""
+MAX_NAME_LENGTH = 200
+MAX_CALLBACK_URL_LENGTH = 500
+"""The longest target an alert delivery stores (the callback goes out as one)."""
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    name: str
+    feature: Any
+    model: Any
+    items: list[Any]
+    allow_failures: bool
+    callback_url: str
+
+    def shared(self) -> dict[str, Any]:
+        """The job fields every item takes from the batch."""
+        return {"feature": self.feature, "model": self.model}
+
+
+def _fail(code: str, message: str, field: str, **detail: Any) -> ValidationFailed:
+    return ValidationFailed(message, code=code, detail={"field": field, **detail})
+
+
+def validate_batch_request(data: Any) -> BatchRequest:
+    """Check the batch's own fields; ``feature``, ``model`` and the items are checked as jobs."""
+    if not isinstance(data, dict):
+        raise ValidationFailed("The body must be a JSON object.", code="invalid_body")
+    unknown = sorted(set(data) - BATCH_FIELDS)
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown fields: {', '.join(unknown)}.",
+            code="unknown_field",
+            detail={"fields": unknown},
+        )
+
+    name = data.get("name")
+    if name is None:
+        name = ""
+    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH or not name.isprintable():
+        raise _fail(
+            "invalid_name",
+            f"name must be printable text of at most {MAX_NAME_LENGTH} characters.",
+            "name",
+        )
+
+    allow_failures = data.get("allow_failures", True)
+    if not isinstance(allow_failures, bool):
+        raise _fail(
+            "invalid_allow_failures", "allow_failures must be true or false.", "allow_failures"
+        )
+
+    callback_url = data.get("callback_url")
+    if callback_url is None:
+        callback_url = ""
+    if callback_url != "":
+        _check_callback_url(callback_url)
+
+    items = data.get("items")
+    if not isinstance(items, list) or not items:
+        raise _fail(
+            "invalid_items", "items must be a non-empty list of job bodies.", "items", indexes=[]
+        )
+    maximum = settings.LLM_BATCH_MAX_ITEMS
+    if len(items) > maximum:
+        raise _fail(
+            "too_many_items",
+            f"A batch holds at most {maximum} items; this one has {len(items)}.",
+            "items",
+            maximum=maximum,
+        )
+    return BatchRequest(
+        name=name.strip(),
+        feature=data.get("feature"),
+        model=data.get("model"),
+        items=items,
+        allow_failures=allow_failures,
+        callback_url=callback_url,
+    )
+
+
+def _check_callback_url(url: Any) -> None:
+    # The messages never repeat the URL: it may carry a token in its path or query.
+    if not isinstance(url, str) or len(url) > MAX_CALLBACK_URL_LENGTH or url != url.strip():
+        raise _fail(
+            "invalid_callback_url",
+            f"callback_url must be an http(s) URL of at most {MAX_CALLBACK_URL_LENGTH} characters.",
+            "callback_url",
+        )
+    problem = target_problem(kind=WEBHOOK, target=url)
+    if not problem and not settings.CALLBACK_ALLOW_PRIVATE_HOSTS:
+        # The names are looked up when the callback goes out (alerts/delivery.py).
+        problem = callback_address_problem(url, resolve=False)
+    if problem:
+        raise _fail("invalid_callback_url", f"callback_url: {problem}", "callback_url")
+
+
+def check_item_metadata(request: JobRequest) -> None:
+    """An item may not set the batch's own metadata key."""
+    if MARKER_KEY in (request.metadata or {}):
+        raise _fail(
+            "invalid_metadata",
+            f"metadata.{MARKER_KEY} is reserved: the batch sets it on its jobs.",
+            f"metadata.{MARKER_KEY}",
+        )
+
+
+def batch_request_fingerprint(data: Any) -> str:
+    """The whole body, canonically: a repeated Idempotency-Key must come with the same body."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
