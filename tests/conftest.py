@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -223,11 +224,12 @@ def procfile_command(name: str, *, port: int | None = None) -> list[str]:
     raise LookupError(f"the Procfile has no {name} line")
 
 
-@pytest.fixture
-def asgi_server(transactional_db: None, tmp_path: Path) -> Iterator[str]:
+@contextmanager
+def web_server(*, workers: int, log: Path) -> Iterator[str]:
     """The web server as the Procfile starts it (llmops/web.py under the respawn wrapper: HTTP and
-    WebSocket on one port, here in two worker processes) on the test database and a free port:
-    live_server is WSGI and has no WebSocket. Yields its http:// base URL."""
+    WebSocket on one port) in ``workers`` worker processes, on the test database, the
+    environment as it is now and a free port; its output goes to ``log``. Yields its http://
+    base URL."""
     from django.db import connection
 
     db = connection.settings_dict
@@ -237,12 +239,11 @@ def asgi_server(transactional_db: None, tmp_path: Path) -> Iterator[str]:
     env["DATABASE_URL"] = (
         f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     )
-    env["WEB_CONCURRENCY"] = "2"
+    env["WEB_CONCURRENCY"] = str(workers)
     # honcho runs the Procfile with the virtualenv's bin first on PATH.
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    log = tmp_path / "asgi_server.log"
     with log.open("wb") as out:
         server = subprocess.Popen(
             procfile_command("web", port=port), cwd=ROOT, env=env, stdout=out, stderr=out
@@ -262,3 +263,12 @@ def asgi_server(transactional_db: None, tmp_path: Path) -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(timeout=40)
+
+
+@pytest.fixture
+def asgi_server(transactional_db: None, tmp_path: Path) -> Iterator[str]:
+    """The web server as the Procfile starts it, here in two worker processes, on the test
+    database (transactional: it sees what the test commits): live_server is WSGI and has no
+    WebSocket. Yields its http:// base URL."""
+    with web_server(workers=2, log=tmp_path / "asgi_server.log") as url:
+        yield url
