@@ -21,6 +21,12 @@ from llmops.errors import ApplicationError
 from llmops.schema import error_headers, errors
 
 
+def sees_every_users_spend(user: User) -> bool:
+    """Staff who may read the ledger's rows (``ledger.view_costentry``), the right the admin's cost
+    report asks for; anyone else, staff included, sees only their own spend."""
+    return user.is_staff and user.has_perm("ledger.view_costentry")
+
+
 def _utc(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
@@ -78,8 +84,9 @@ def cost_report_data(report: CostReport, filters: dict[str, Any]) -> dict[str, A
 class CostReportApi(APIView):
     """``GET /api/v1/costs/?group_by=feature|model|user|day&since=&until=&feature=&model=&user=``
 
-    Staff see every user's spend and may filter by ``user`` (username or id); anyone else sees
-    only their own, and a ``user`` filter naming anyone else is refused (403).
+    Staff with ``ledger.view_costentry`` see every user's spend and may filter by ``user``
+    (username or id); anyone else sees only their own, and a ``user`` filter naming anyone else
+    is refused (403).
     """
 
     @extend_schema(
@@ -92,7 +99,9 @@ class CostReportApi(APIView):
             OpenApiParameter("feature", str),
             OpenApiParameter("model", str),
             OpenApiParameter(
-                "user", str, description="Username or id; only staff may name another user."
+                "user",
+                str,
+                description="Username or id; another user's needs ledger.view_costentry.",
             ),
             *error_headers(),
         ],
@@ -106,10 +115,11 @@ class CostReportApi(APIView):
         params = request.query_params
         since, until = report_range_parse(since=params.get("since"), until=params.get("until"))
         user: User | None = None
-        if not viewer.is_staff:
+        if not sees_every_users_spend(viewer):
             if params.get("user") not in (None, "", viewer.get_username(), str(viewer.pk)):
                 raise ApplicationError(
-                    "Only staff may report on other users; yours is the only spend you see.",
+                    "Only staff who may read the ledger report on other users; yours is the "
+                    "only spend you see.",
                     code="permission_denied",
                     status_code=status.HTTP_403_FORBIDDEN,
                     detail={"field": "user"},

@@ -1,5 +1,6 @@
 """GET /api/v1/costs/: figures equal the sums of the ledger rows, each user sees only their own,
-staff see everyone, and bad filters answer 400 invalid_filter naming the field."""
+staff who may read the ledger see everyone, and bad filters answer 400 invalid_filter naming the
+field. (Staff without ledger.view_costentry: tests/test_authorization.py.)"""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,7 +25,7 @@ def ledger(alice: Any, bob: Any) -> Ledger:
 
 @pytest.fixture
 def staff_client(db: None) -> APIClient:
-    return _client_for(make_user("sam", is_staff=True))
+    return _client_for(make_user("sam", "view_costentry", is_staff=True))
 
 
 def iso(moment: datetime) -> str:
