@@ -2,8 +2,8 @@
 
 Authentication comes from the ASGI stack (llmops/asgi.py): the session cookie, or the API token
 sent as the subprotocol pair ``token, <key>``. Refusals close before the handshake completes
-with an application code: 4401 unauthenticated, 4403 ``?all=1`` for a non-staff user, 4404 a
-``?job=`` that is not the user's.
+with an application code: 4401 unauthenticated, 4403 ``?all=1`` for a user who may not read
+every job (staff with ``jobs.view_llmjob``), 4404 a ``?job=`` that is not the user's.
 """
 
 import uuid
@@ -26,6 +26,13 @@ CLOSE_MESSAGE_TOO_BIG = 1009
 @database_sync_to_async
 def _owns_job(user_id: int, job_id: uuid.UUID) -> bool:
     return LlmJob.objects.filter(id=job_id, user_id=user_id).exists()
+
+
+@database_sync_to_async
+def _may_watch_every_job(user: Any) -> bool:
+    """Staff who may read every job in the admin: the events carry each job's output, which the
+    jobs API shows to its owner only, so staff status alone is not enough."""
+    return bool(user.is_staff and user.has_perm("jobs.view_llmjob"))
 
 
 def _parse_uuid(value: str) -> uuid.UUID | None:
@@ -52,7 +59,7 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
                 return
             group = job_group(job_id)
         elif query.get("all", ["0"])[0] in ("1", "true"):
-            if not user.is_staff:
+            if not await _may_watch_every_job(user):
                 await self.close(code=CLOSE_FORBIDDEN)
                 return
             group = all_jobs_group()

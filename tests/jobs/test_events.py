@@ -154,8 +154,9 @@ def test_job_narrows_to_one_of_the_users_jobs(alice, bob, alice_client, workers)
     async_to_sync(scenario)()
 
 
-def test_all_is_for_staff_only(alice, bob_client):
-    staff = make_user("sam", is_staff=True)
+def test_all_is_for_staff_who_may_read_every_job(alice, bob_client):
+    # Staff without jobs.view_llmjob are refused too: tests/test_authorization.py.
+    staff = make_user("sam", "view_llmjob", is_staff=True)
 
     async def scenario() -> None:
         connected, code = await communicator(
