@@ -77,7 +77,8 @@ class PipelineStep(models.Model):
     error_message = models.TextField(blank=True)
 
     class Meta:
-        ordering = ["pipeline", "index"]
+        # By the column: ordering by "pipeline" would join the pipeline for its own ordering.
+        ordering = ["pipeline_id", "index"]
         constraints = [
             models.UniqueConstraint(fields=["pipeline", "index"], name="unique_pipeline_step_index")
         ]

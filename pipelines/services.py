@@ -213,12 +213,13 @@ def _advance(pipeline: Pipeline, step: PipelineStep, job: LlmJob) -> None:
     if following.job_id is not None or following.error_code:
         return  # already started (the step row is the guard against a second start)
     body = fill_previous(following.request, job.output_text or "")
-    user = User.objects.get(id=pipeline.user_id)
+    user = User.objects.only("id").get(id=pipeline.user_id)
     try:
-        with transaction.atomic():
-            next_job, _created = job_submit(
-                user=user, data=_job_body(body, pipeline=pipeline, index=following.index)
-            )
+        # No savepoint of ours: job_submit refuses before writing anything, and writes inside
+        # its own atomic block.
+        next_job, _created = job_submit(
+            user=user, data=_job_body(body, pipeline=pipeline, index=following.index)
+        )
     except ApplicationError as exc:
         # Refused at start (its budget spent since the pipeline was accepted, or its messages
         # invalid once filled, e.g. empty): the step fails without a job, and so does the

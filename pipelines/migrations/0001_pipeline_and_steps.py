@@ -44,7 +44,7 @@ class Migration(migrations.Migration):
                 ('pipeline', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='pipelines.pipeline')),
             ],
             options={
-                'ordering': ['pipeline', 'index'],
+                'ordering': ['pipeline_id', 'index'],
             },
         ),
         migrations.AddIndex(

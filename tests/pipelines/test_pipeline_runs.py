@@ -124,6 +124,7 @@ def test_cancelling_the_current_step_job_cancels_the_pipeline(alice_client, work
     assert fake_provider.stats()["requests"] == 1
 
 
+@pytest.mark.django_db  # no worker, no commit needed: the test's transaction is enough
 def test_a_step_running_when_cancelled_finishes_but_nothing_follows(alice_client, fake_provider):
     from jobs.services import SuccessResult, job_claim, job_complete
 
@@ -174,6 +175,7 @@ def test_a_job_outside_any_pipeline_pays_no_query_for_pipelines(alice_client, wo
     assert Pipeline.objects.count() == 0
 
 
+@pytest.mark.django_db  # no worker, no commit needed: the test's transaction is enough
 def test_a_step_the_reconciler_dead_letters_fails_the_pipeline(alice_client, settings):
     from datetime import timedelta
 
