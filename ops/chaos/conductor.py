@@ -31,8 +31,11 @@ __all__ = ["Conductor"]
 
 FAULT_401_MAX_SECONDS = 5.0
 """The 401s stop after this if the breaker has not opened by then (the check then says so)."""
-KILL_WAIT_SECONDS = 10.0
-"""The kill waits this long, at most, for its worker to have a call in flight."""
+KILL_WAIT_SECONDS = 20.0
+"""The kill waits this long, at most, for its worker to have KILL_IN_FLIGHT jobs in flight."""
+KILL_IN_FLIGHT = 2
+"""Jobs the killed worker should be running: a kill with nothing in flight proves nothing, and
+one call may end in the instant between the look and the kill."""
 
 
 def _alive(pid: int) -> bool:
@@ -92,6 +95,9 @@ class Conductor:
         self._breaker(t)
         self._kill(t)
         self._flush(t)
+        self._configure_provider(t)
+
+    def _configure_provider(self, t: float) -> None:
         faults, latency = self._provider_config(t)
         self.provider.configure(faults=faults, latency_ms=latency)
 
@@ -147,7 +153,10 @@ class Conductor:
             self.say(f"{t:6.1f}s  401s stopped: the breaker did not open")
         hold = breaker_hold_seconds(self.options)
         if is_open and event.opened_at is not None and t >= event.opened_at + hold:
-            self.fault_401 = False  # the key is fixed, then staff close the breaker
+            # The key is fixed first, then staff close the breaker: closing enqueues every held
+            # job at once (and takes a while), and none of them may meet a 401 still in place.
+            self.fault_401 = False
+            self._configure_provider(t)
             if event.closed_at is None and events.breaker_close_as_staff(user=self.user):
                 event.closed_at, event.closed_by_drill = t, True
                 event.closed_by = self.user.get_username()
@@ -177,7 +186,8 @@ class Conductor:
                 self.kill_waiting_since = t
             process, worker_pid, held = self._kill_target()
             in_flight = events.in_flight_jobs(worker_pid=worker_pid) if worker_pid else []
-            if not in_flight and t < self.kill_waiting_since + KILL_WAIT_SECONDS:
+            waited = t - self.kill_waiting_since
+            if len(in_flight) < KILL_IN_FLIGHT and waited < KILL_WAIT_SECONDS:
                 return  # wait for the worker to have calls in flight
             killed = self.stack.kill_command(process)
             if killed is None:

@@ -175,7 +175,7 @@ def _kill(record: DrillRecord) -> Check:
     )
     return Check(
         "kill -9, restart",
-        event.restarted_after is not None and final == len(jobs),
+        event.restarted_after is not None and bool(lost) and final == len(jobs),
         f"{event.process} (pid {event.pid}{', rq scheduler' if event.held_scheduler else ''}) "
         f"killed at {event.at:.0f} s with {len(event.jobs_in_flight)} call(s) in flight, "
         f"{restarted}; {len(lost)} jobs recovered as worker_lost, {completed}/{len(jobs)} "
