@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from jobs.views import live_page
 from llmops.apis import MeApi
+from ops.rq_dashboard import rq_dashboard_urlpatterns
 
 # Under /api/, a URL no view matches answers the API's JSON error body (llmops/errors.py).
 handler404 = "llmops.errors.not_found"
@@ -27,5 +28,6 @@ urlpatterns = [
     path("api/v1/pipelines/", include("pipelines.urls")),
     # Before django-rq's own URLs: its metrics endpoint is served by ops under one protection.
     path("", include("ops.urls")),
-    path("django-rq/", include("django_rq.urls")),
+    # django-rq's dashboard, each page behind its permission (ops/rq_dashboard.py).
+    path("django-rq/", include((rq_dashboard_urlpatterns(), "django_rq"))),
 ]
