@@ -1,21 +1,55 @@
 """Thin DRF views of /api/v1/pipelines/: validate, call a service or selector, serialize."""
 
 import uuid
-from typing import Any, cast
+from decimal import Decimal
+from typing import cast
 
 from django.contrib.auth.models import User
 from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from jobs.api_schema import JobErrorSerializer, JobOutputTextSerializer
+from jobs.models import LlmJob
 from llmops.errors import NotFound
+from llmops.schema import PAGE_NOT_FOUND, error_headers, errors
 from llmops.throttles import SubmitThrottle
+from pipelines.api_schema import (
+    SUBMIT_EXAMPLE,
+    PipelineSubmitSerializer,
+    PipelineSubmittedSerializer,
+)
 from pipelines.models import Pipeline, PipelineStep
 from pipelines.selectors import pipeline_get_for_user, pipeline_list_for_user, pipeline_steps
 from pipelines.services import pipeline_cancel, pipeline_create
+
+PIPELINE_ID = OpenApiParameter(
+    "pipeline_id",
+    OpenApiTypes.UUID,
+    OpenApiParameter.PATH,
+    description="The pipeline's id; any other value, or another user's pipeline, answers 404.",
+)
+STEP_STATUSES = ["pending", *LlmJob.Status.values]
+_COST_USD = serializers.DecimalField(max_digits=16, decimal_places=6, coerce_to_string=True)
+"""How a ``cost_usd`` rendered by hand (a 6-decimal string) appears in the schema."""
+
+_SUBMIT_400 = [
+    "invalid_body",
+    "unknown_field",
+    "invalid_name",
+    "invalid_steps",
+    "too_many_steps",
+]
 
 
 def _parse_id(value: str) -> uuid.UUID:
@@ -25,46 +59,57 @@ def _parse_id(value: str) -> uuid.UUID:
         raise NotFound("No such pipeline.", code="pipeline_not_found") from exc
 
 
+class PipelineStepErrorSerializer(JobErrorSerializer):
+    """The job's last error; for a step refused when it was to start (no job), the refusal,
+    with ``http_status`` and ``severity`` null."""
+
+    severity = serializers.CharField(allow_null=True)  # type: ignore[assignment]
+
+
 class PipelineStepSerializer(serializers.Serializer):
     """A step: its job's fields once it has one (as in GET /api/v1/jobs/<id>/)."""
 
-    index = serializers.IntegerField()
+    index = serializers.IntegerField(help_text="From 0, in the order submitted.")
     status = serializers.SerializerMethodField()
-    job_id = serializers.UUIDField(allow_null=True)
+    job_id = serializers.UUIDField(allow_null=True, help_text="null until the step starts.")
     feature = serializers.SerializerMethodField()
     model = serializers.SerializerMethodField()
     attempts = serializers.SerializerMethodField()
-    started_at = serializers.DateTimeField(source="job.started_at", default=None)
-    completed_at = serializers.DateTimeField(source="job.completed_at", default=None)
+    started_at = serializers.DateTimeField(source="job.started_at", default=None, allow_null=True)
+    completed_at = serializers.DateTimeField(
+        source="job.completed_at", default=None, allow_null=True
+    )
     output = serializers.SerializerMethodField()
     error = serializers.SerializerMethodField()
     cost_usd = serializers.SerializerMethodField()
 
+    @extend_schema_field(serializers.ChoiceField(choices=STEP_STATUSES))
     def get_status(self, step: PipelineStep) -> str:
         return step.status_in(self.context["pipeline_status"])
 
     def get_feature(self, step: PipelineStep) -> str:
-        return step.job.feature if step.job else step.request["feature"]
+        return step.job.feature if step.job else str(step.request["feature"])
 
     def get_model(self, step: PipelineStep) -> str:
         # The job's: a requeue from the DLQ may have moved it to another model.
-        return step.job.model if step.job else step.request["model"]
+        return step.job.model if step.job else str(step.request["model"])
 
     def get_attempts(self, step: PipelineStep) -> int:
         return step.job.attempts if step.job else 0
 
+    @extend_schema_field(JobOutputTextSerializer(allow_null=True))
     def get_output(self, step: PipelineStep) -> dict | None:
         job = step.job
         if job is None or job.output_text is None:
             return None
         return {"text": job.output_text, "stop_reason": job.stop_reason or None}
 
+    @extend_schema_field(PipelineStepErrorSerializer(allow_null=True))
     def get_error(self, step: PipelineStep) -> dict | None:
         job = step.job
         if job is None:
             if not step.error_code:
                 return None
-            # Refused when it was to start: no job, no provider call.
             return {
                 "code": step.error_code,
                 "http_status": None,
@@ -80,36 +125,94 @@ class PipelineStepSerializer(serializers.Serializer):
             "severity": job.error_severity,
         }
 
+    @extend_schema_field(_COST_USD)
     def get_cost_usd(self, step: PipelineStep) -> str:
-        return f"{step.job.cost_usd:.6f}" if step.job else "0.000000"
+        return f"{step.job.cost_usd if step.job else Decimal(0):.6f}"
 
 
-class PipelineSummarySerializer(serializers.ModelSerializer):
-    cost_usd = serializers.DecimalField(max_digits=16, decimal_places=6, coerce_to_string=True)
+class PipelineRowSerializer(serializers.ModelSerializer):
+    """A pipeline in the list; ``cost_usd`` is annotated by the selector."""
+
+    cost_usd = serializers.DecimalField(
+        max_digits=16,
+        decimal_places=6,
+        coerce_to_string=True,
+        help_text="What its steps' jobs cost so far (their ledger rows).",
+    )
 
     class Meta:
         model = Pipeline
         fields = ["id", "name", "status", "step_count", "created_at", "finished_at", "cost_usd"]
 
 
-def _pipeline_detail(pipeline: Pipeline) -> dict[str, Any]:
+class PipelineOutputSerializer(PipelineRowSerializer):
+    """A pipeline with every step; ``context["steps"]`` holds them (pipeline_steps)."""
+
+    cost_usd = serializers.SerializerMethodField()  # type: ignore[assignment]
+    steps = serializers.SerializerMethodField()
+
+    class Meta(PipelineRowSerializer.Meta):
+        fields = [*PipelineRowSerializer.Meta.fields, "steps"]
+
+    @extend_schema_field(_COST_USD)
+    def get_cost_usd(self, pipeline: Pipeline) -> str:
+        total = sum((s.job.cost_usd for s in self.context["steps"] if s.job), Decimal(0))
+        return f"{total:.6f}"
+
+    @extend_schema_field(PipelineStepSerializer(many=True))
+    def get_steps(self, pipeline: Pipeline) -> list:
+        context = {"pipeline_status": pipeline.status}
+        return list(PipelineStepSerializer(self.context["steps"], many=True, context=context).data)
+
+
+def _output(pipeline: Pipeline) -> dict:
     steps = pipeline_steps(pipeline=pipeline)
-    pipeline.cost_usd = sum((s.job.cost_usd for s in steps if s.job), start=0)  # type: ignore[attr-defined]
-    data = dict(PipelineSummarySerializer(pipeline).data)
-    context = {"pipeline_status": pipeline.status}
-    data["steps"] = PipelineStepSerializer(steps, many=True, context=context).data
-    return data
+    return dict(PipelineOutputSerializer(pipeline, context={"steps": steps}).data)
+
+
+class _Pagination(PageNumberPagination):
+    page_size_query_param = "page_size"
+    max_page_size = 200
 
 
 class PipelineListCreateApi(APIView):
     # A pipeline is a submit: it shares the per-user submit rate with jobs and batches (POST
     # only; the list is never throttled).
     throttle_classes = [SubmitThrottle]
+    pagination_class = _Pagination
 
-    class Pagination(PageNumberPagination):
-        page_size_query_param = "page_size"
-        max_page_size = 200
-
+    @extend_schema(
+        operation_id="pipelines_submit",
+        summary="Submit a pipeline of steps run one after the other",
+        request=PipelineSubmitSerializer,
+        examples=[SUBMIT_EXAMPLE],
+        parameters=[
+            OpenApiParameter(
+                "Location",
+                OpenApiTypes.URI,
+                OpenApiParameter.HEADER,
+                response=[202],
+                description="The pipeline's status URL.",
+            ),
+            *error_headers(),
+        ],
+        responses={
+            202: OpenApiResponse(
+                PipelineSubmittedSerializer,
+                description="Accepted: every step valid, the first step's job queued.",
+            ),
+            **errors(
+                {400: _SUBMIT_400, 413: [], 415: [], 429: ["budget_exceeded"]},
+                descriptions={
+                    400: (
+                        "The request is invalid. `invalid_steps`: detail.indexes lists every "
+                        "bad step, detail.errors describes each ({index, code, message, field}) "
+                        "with the code a job would get; nothing was saved."
+                    ),
+                },
+            ),
+        },
+    )
     def post(self, request: Request) -> Response:
         pipeline = pipeline_create(user=cast(User, request.user), data=request.data)
         status_url = reverse("pipelines:pipeline-detail", kwargs={"pipeline_id": pipeline.id})
@@ -119,26 +222,51 @@ class PipelineListCreateApi(APIView):
             headers={"Location": request.build_absolute_uri(status_url)},
         )
 
+    @extend_schema(
+        operation_id="pipelines_list",
+        summary="The caller's pipelines, newest first",
+        parameters=[OpenApiParameter("status", enum=Pipeline.Status.values), *error_headers()],
+        responses={
+            200: PipelineRowSerializer(many=True),
+            **errors({400: ["invalid_filter"], 404: []}, descriptions=PAGE_NOT_FOUND),
+        },
+    )
     def get(self, request: Request) -> Response:
         pipelines = pipeline_list_for_user(
             user=cast(User, request.user), status=request.query_params.get("status")
         )
-        paginator = self.Pagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(pipelines, request, view=self)
-        return paginator.get_paginated_response(PipelineSummarySerializer(page, many=True).data)
+        return paginator.get_paginated_response(PipelineRowSerializer(page, many=True).data)
 
 
 class PipelineDetailApi(APIView):
+    @extend_schema(
+        operation_id="pipelines_retrieve",
+        summary="A pipeline and every step with its job's status and output",
+        parameters=[PIPELINE_ID, *error_headers()],
+        responses={200: PipelineOutputSerializer, **errors({404: ["pipeline_not_found"]})},
+    )
     def get(self, request: Request, pipeline_id: str) -> Response:
         pipeline = pipeline_get_for_user(
             user=cast(User, request.user), pipeline_id=_parse_id(pipeline_id)
         )
-        return Response(_pipeline_detail(pipeline))
+        return Response(_output(pipeline))
 
 
 class PipelineCancelApi(APIView):
+    @extend_schema(
+        operation_id="pipelines_cancel",
+        summary="Cancel a running or failed pipeline",
+        request=None,
+        parameters=[PIPELINE_ID, *error_headers()],
+        responses={
+            200: PipelineOutputSerializer,
+            **errors({404: ["pipeline_not_found"], 409: ["not_cancellable"]}),
+        },
+    )
     def post(self, request: Request, pipeline_id: str) -> Response:
         pipeline = pipeline_get_for_user(
             user=cast(User, request.user), pipeline_id=_parse_id(pipeline_id)
         )
-        return Response(_pipeline_detail(pipeline_cancel(pipeline=pipeline)))
+        return Response(_output(pipeline_cancel(pipeline=pipeline)))

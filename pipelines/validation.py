@@ -32,6 +32,7 @@ class PipelineRequest:
 
 
 def _step_problem(index: int, body: Any) -> dict[str, Any] | None:
+    """The refusal of one step, shaped as a batch's bad item is (jobs/bulk.py)."""
     try:
         request = validate_job_request(body)
         check_against_price_table(model=request.model, max_tokens=request.max_tokens)
@@ -48,13 +49,14 @@ def _step_problem(index: int, body: Any) -> dict[str, Any] | None:
                 detail={"field": "messages"},
             )
     except ValidationFailed as exc:
-        return {"index": index, "code": exc.code, "message": exc.message, "detail": exc.detail}
+        field = exc.detail.get("field") if isinstance(exc.detail, dict) else None
+        return {"index": index, "code": exc.code, "message": exc.message, "field": field}
     return None
 
 
 def _check_budgets(steps: list[dict[str, Any]], user: User) -> None:
     """429 ``budget_exceeded`` as for a job if a budget of a step's feature or of the user is
-    spent, with ``detail.steps`` naming the steps of the refused feature."""
+    spent, with ``detail.indexes`` naming the steps of the refused feature."""
     features: dict[str, list[int]] = {}
     for index, body in enumerate(steps):
         features.setdefault(body["feature"], []).append(index)
@@ -65,7 +67,7 @@ def _check_budgets(steps: list[dict[str, Any]], user: User) -> None:
             raise LimitExceeded(
                 exc.message,
                 code=exc.code,
-                detail={**(exc.detail or {}), "steps": indexes},
+                detail={**(exc.detail or {}), "indexes": indexes},
                 headers=exc.headers,
             ) from exc
 
@@ -83,26 +85,32 @@ def validate_pipeline_request(data: Any, *, user: User) -> PipelineRequest:
     name = data.get("name")
     if name is None:
         name = ""
-    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH:
+    if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH or not name.isprintable():
         raise ValidationFailed(
-            f"name must be a string of at most {MAX_NAME_LENGTH} characters.",
+            f"name must be printable text of at most {MAX_NAME_LENGTH} characters.",
             code="invalid_name",
             detail={"field": "name"},
         )
-    maximum = settings.PIPELINE_MAX_STEPS
     steps = data.get("steps")
-    if not isinstance(steps, list) or not 1 <= len(steps) <= maximum:
+    if not isinstance(steps, list) or not steps:
         raise ValidationFailed(
-            f"steps must be a list of 1 to {maximum} job bodies.",
+            "steps must be a non-empty list of job bodies.",
             code="invalid_steps",
+            detail={"field": "steps", "indexes": []},
+        )
+    maximum = settings.PIPELINE_MAX_STEPS
+    if len(steps) > maximum:
+        raise ValidationFailed(
+            f"A pipeline has at most {maximum} steps; this one has {len(steps)}.",
+            code="too_many_steps",
             detail={"field": "steps", "maximum": maximum},
         )
-    problems = [p for i, body in enumerate(steps) if (p := _step_problem(i, body)) is not None]
-    if problems:
+    errors = [e for i, body in enumerate(steps) if (e := _step_problem(i, body)) is not None]
+    if errors:
         raise ValidationFailed(
-            f"{len(problems)} of {len(steps)} steps are invalid; nothing was created.",
-            code="invalid_step",
-            detail={"steps": problems},
+            f"{len(errors)} of {len(steps)} steps are invalid; nothing was saved.",
+            code="invalid_steps",
+            detail={"indexes": [e["index"] for e in errors], "errors": errors},
         )
     _check_budgets(steps, user)
     return PipelineRequest(name=name.strip(), steps=steps)

@@ -84,54 +84,49 @@ def test_one_bad_step_refuses_the_pipeline_naming_every_bad_step(alice_client):
         job_body(model="gpt-4"),
         job_body(max_tokens=10**6),
     ]
-    error = refused(alice_client, {"steps": steps}, 400, "invalid_step")
-    problems = error["detail"]["steps"]
-    assert [(p["index"], p["code"]) for p in problems] == [
-        (1, "invalid_messages"),
-        (3, "unknown_model"),
-        (4, "invalid_max_tokens"),
+    error = refused(alice_client, {"steps": steps}, 400, "invalid_steps")
+    assert error["detail"]["indexes"] == [1, 3, 4]
+    errors = error["detail"]["errors"]
+    assert [(e["index"], e["code"], e["field"]) for e in errors] == [
+        (1, "invalid_messages", "messages"),
+        (3, "unknown_model", "model"),
+        (4, "invalid_max_tokens", "max_tokens"),
     ]
-    assert all(p["message"] for p in problems)
-    assert problems[2]["detail"]["field"] == "max_tokens"
+    assert all(e["message"] for e in errors)
 
 
 MALFORMED = [
-    ({}, "invalid_steps"),
-    ({"steps": []}, "invalid_steps"),
-    ({"steps": {"0": job_body()}}, "invalid_steps"),
-    ({"steps": [job_body()] * 3}, "invalid_steps"),  # PIPELINE_MAX_STEPS is 2 here
-    ({"steps": [job_body()], "stream": True}, "unknown_field"),
-    ({"steps": [job_body()], "name": 7}, "invalid_name"),
-    ({"steps": [job_body()], "name": "x" * 201}, "invalid_name"),
-    ([job_body()], "invalid_body"),
+    ({}, "invalid_steps", {"field": "steps", "indexes": []}),
+    ({"steps": []}, "invalid_steps", {"field": "steps", "indexes": []}),
+    ({"steps": {"0": job_body()}}, "invalid_steps", {"field": "steps", "indexes": []}),
+    # PIPELINE_MAX_STEPS is 2 here.
+    ({"steps": [job_body()] * 3}, "too_many_steps", {"field": "steps", "maximum": 2}),
+    ({"steps": [job_body()], "stream": True}, "unknown_field", {"fields": ["stream"]}),
+    ({"steps": [job_body()], "name": 7}, "invalid_name", {"field": "name"}),
+    ({"steps": [job_body()], "name": "x" * 201}, "invalid_name", {"field": "name"}),
+    ({"steps": [job_body()], "name": "a\nb"}, "invalid_name", {"field": "name"}),
+    ([job_body()], "invalid_body", None),
 ]
 
 
 def test_it_refuses_a_malformed_pipeline(alice_client, settings):
     # One test for every case: each test's user costs a password hash.
     settings.PIPELINE_MAX_STEPS = 2
-    for body, code in MALFORMED:
-        error = refused(alice_client, body, 400, code)
-        if code == "invalid_steps":
-            assert error["detail"] == {"field": "steps", "maximum": 2}
+    for body, code, expected in MALFORMED:
+        assert refused(alice_client, body, 400, code)["detail"] == expected
 
 
 def test_the_first_step_has_no_previous_output_to_use(alice_client):
-    error = refused(alice_client, {"steps": [step("Go on: {{previous}}")]}, 400, "invalid_step")
-    assert error["detail"]["steps"][0]["code"] == "invalid_previous"
+    error = refused(alice_client, {"steps": [step("Go on: {{previous}}")]}, 400, "invalid_steps")
+    assert error["detail"]["errors"][0]["code"] == "invalid_previous"
 
 
 def test_the_pipeline_marker_in_metadata_is_reserved(alice_client):
     steps = [step("a"), step("b", metadata={"llmops_pipeline": {"id": "x"}})]
-    error = refused(alice_client, {"steps": steps}, 400, "invalid_step")
-    assert error["detail"]["steps"] == [
-        {
-            "index": 1,
-            "code": "invalid_metadata",
-            "message": error["detail"]["steps"][0]["message"],
-            "detail": {"field": "metadata.llmops_pipeline"},
-        }
-    ]
+    error = refused(alice_client, {"steps": steps}, 400, "invalid_steps")
+    assert error["detail"]["indexes"] == [1]
+    (problem,) = error["detail"]["errors"]
+    assert problem["code"] == "invalid_metadata" and problem["field"] == "metadata.llmops_pipeline"
 
 
 def test_a_spent_budget_refuses_the_pipeline_with_429_naming_its_steps(alice, alice_client):
@@ -144,7 +139,7 @@ def test_a_spent_budget_refuses_the_pipeline_with_429_naming_its_steps(alice, al
     assert response.status_code == 429, response.content
     error = response.json()
     assert error["code"] == "budget_exceeded" and int(response["Retry-After"]) > 0
-    assert error["detail"]["steps"] == [1, 2]
+    assert error["detail"]["indexes"] == [1, 2]
     assert error["detail"]["budgets"][0]["budget"] == f"feature:{FEATURE}"
     assert Pipeline.objects.count() == 0 and LlmJob.objects.count() == jobs_before
 
