@@ -33,6 +33,7 @@ from alerts.services import failure_record_create
 from jobs.models import LlmJob
 from jobs.services import job_submit
 from ledger.models import Budget
+from pipelines.services import pipeline_create
 from tests.conftest import job_body, web_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -121,6 +122,10 @@ def _known_ids() -> dict[str, list[str]]:
         "job_id": [str(queued.id), str(failed.id), str(others.id)],
         "failure_id": [str(failure.id)],
         "budget_id": [str(budget.id) for budget in budgets],
+        "pipeline_id": [
+            str(pipeline_create(user=owner, data={"steps": [job_body()]}).id)
+            for owner in (alice, bob)
+        ],
     }
 
 
