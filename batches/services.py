@@ -30,7 +30,7 @@ from batches.validation import (
     validate_batch_request,
 )
 from jobs.admission import idempotency_key_hash
-from jobs.bulk import NewJob, job_requests_validate, jobs_submit_many
+from jobs.bulk import NewJob, insert_rows, job_requests_validate, jobs_submit_many
 from jobs.models import LlmJob
 from jobs.services import job_cancel
 from llmops.errors import Conflict, ValidationFailed
@@ -52,8 +52,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ITEM_INSERT_ROWS = 1000
-"""BatchItem rows per INSERT (four small columns each)."""
 CANCEL_CHUNK = 200
 """Jobs read per query by the background cancel; each is then cancelled in its own transaction
 (``job_cancel``), so a running job is never waited for and one refusal undoes nothing."""
@@ -149,7 +147,7 @@ def batch_submit(
                     )
                 )
                 seen.add(position)
-            BatchItem.objects.bulk_create(items, batch_size=ITEM_INSERT_ROWS)
+            insert_rows(items)
             progress_on_commit(batch)
     except IntegrityError:
         # Two submits with the same key raced; the first insert won.

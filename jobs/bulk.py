@@ -7,22 +7,26 @@ one job (``validate_job_request``, ``check_against_price_table``, ``check_budget
 called, never copied), the rows are those ``job_build`` makes, and their RQ jobs carry the
 options ``job_rq_options`` gives one job; only the writes are grouped:
 
-- rows: ``bulk_create`` in chunks of at most ``INSERT_ROWS`` rows and ``INSERT_BYTES`` bytes of
-  request (MariaDB's ``max_allowed_packet`` is 16 MiB by default);
+- rows: ``insert_rows``, a multi-row INSERT of each field's own database value (the
+  ``pre_save`` and ``get_db_prep_save`` that ``bulk_create`` calls), without the SQL compiler's
+  per-value work: for the 40 columns of a job that work was two thirds of ``bulk_create``'s
+  time. The driver splits the statement (MySQLdb: 512 KB each, far below MariaDB's 16 MiB
+  ``max_allowed_packet``);
 - the SUBMITTED transition: ``transitions_committed`` (one counter statement per label set, one
   log line per 200 jobs, no per-job live event);
 - RQ: ``Queue.enqueue_many`` on one Redis pipeline per ``ENQUEUE_CHUNK`` jobs, after commit. If
   Redis refuses, the rows stay ``queued`` and the reconciler enqueues them (as for one job).
 """
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Model
+from django.db.models.fields import AutoFieldMixin
 from django_rq.queues import get_result_ttl
 from redis.exceptions import RedisError
 from rq import Queue
@@ -39,20 +43,17 @@ from llmops.redis_clients import queue as rq_queue
 __all__ = [
     "ENQUEUE_CHUNK",
     "ERRORS_SHOWN",
-    "INSERT_BYTES",
     "INSERT_ROWS",
     "NewJob",
+    "insert_rows",
     "job_requests_validate",
     "jobs_submit_many",
 ]
 
 logger = logging.getLogger(__name__)
 
-INSERT_ROWS = 500
-"""Rows per INSERT: past a few hundred, a bigger statement saves no time on MariaDB."""
-INSERT_BYTES = 4 * 1024 * 1024
-"""Request bytes (messages, system, metadata as JSON) per INSERT: a quarter of MariaDB's default
-``max_allowed_packet`` (16 MiB), leaving room for escaping and the other columns."""
+INSERT_ROWS = 1000
+"""Rows whose database values are prepared at once (memory), then inserted by the driver."""
 ENQUEUE_CHUNK = 500
 """RQ jobs per Redis pipeline: 10,000 jobs in 20 round trips, none of them a large one."""
 ERRORS_SHOWN = 100
@@ -154,31 +155,47 @@ def jobs_submit_many(*, user: User, new_jobs: Sequence[NewJob]) -> list[LlmJob]:
     jobs = [
         job_build(user=user, request=new.request, fingerprint=new.fingerprint) for new in new_jobs
     ]
-    for chunk in _insert_chunks(jobs):
-        LlmJob.objects.bulk_create(chunk)
+    insert_rows(jobs)
     transitions_committed(jobs, Transition.SUBMITTED)
     _push_many_on_commit(jobs)
     return jobs
 
 
-def _request_bytes(job: LlmJob) -> int:
-    return len(json.dumps([job.messages, job.system, job.metadata], separators=(",", ":")))
-
-
-def _insert_chunks(jobs: list[LlmJob]) -> list[list[LlmJob]]:
-    chunks: list[list[LlmJob]] = []
-    chunk: list[LlmJob] = []
-    size = 0
-    for job in jobs:
-        job_bytes = _request_bytes(job)
-        if chunk and (len(chunk) >= INSERT_ROWS or size + job_bytes > INSERT_BYTES):
-            chunks.append(chunk)
-            chunk, size = [], 0
-        chunk.append(job)
-        size += job_bytes
-    if chunk:
-        chunks.append(chunk)
-    return chunks
+def insert_rows(rows: Sequence[Model]) -> None:
+    """INSERT new rows of one model as ``bulk_create`` would, faster: each field's ``pre_save``
+    (``auto_now_add``) and ``get_db_prep_save`` (JSON, UUID, datetime, Decimal to the database's
+    form), then one parameterised multi-row INSERT per ``INSERT_ROWS``. Their primary keys must
+    be set already (a UUID's default), or be auto-increment (then left unknown). No signals."""
+    if not rows:
+        return
+    model = type(rows[0])
+    fields = [
+        field
+        for field in model._meta.concrete_fields
+        if not (field.primary_key and isinstance(field, AutoFieldMixin))
+    ]
+    ops = connection.ops
+    columns = ", ".join(ops.quote_name(field.column) for field in fields)
+    sql = (
+        f"INSERT INTO {ops.quote_name(model._meta.db_table)} ({columns}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))})"
+    )
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), INSERT_ROWS):
+            chunk = rows[start : start + INSERT_ROWS]
+            cursor.executemany(
+                sql,
+                [
+                    [
+                        field.get_db_prep_save(field.pre_save(row, True), connection)
+                        for field in fields
+                    ]
+                    for row in chunk
+                ],
+            )
+            for row in chunk:
+                row._state.adding = False
+                row._state.db = connection.alias
 
 
 def _push_many_on_commit(jobs: list[LlmJob]) -> None:
