@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline chaos clean
+.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-batch chaos clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -72,6 +72,7 @@ bench: dev-venv services
 	$(BIN)/python bench/ratelimit.py
 	$(BIN)/python bench/submit.py
 	$(BIN)/python bench/pipeline.py
+	$(BIN)/python bench/batch_submit.py
 
 # Cost reports over a million synthetic ledger rows (its own database): query times and indexes.
 bench-costs: dev-venv services
@@ -108,3 +109,8 @@ bench-submit: dev-venv services
 # database). Target: at least 0.5.
 bench-pipeline: dev-venv services
 	$(BIN)/python bench/pipeline.py
+
+# The time to accept a 10,000-item batch (POST /api/v1/batches/ until its 202) on the Procfile's
+# web line, distinct items and every item twice, and a GET of the batch (its own database).
+bench-batch: dev-venv services
+	$(BIN)/python bench/batch_submit.py
