@@ -1,0 +1,192 @@
+"""Admin actions of the authorization table: how each is posted, on what, and how the database
+shows that it happened. Each actor gets a fresh object, so one actor's action cannot hide
+another's refusal."""
+
+import itertools
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth.models import Group, User
+from django.db import transaction
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from alerts.models import Alert, AlertRoute, BulkRequeue, FailureRecord, LoopHeartbeat
+from alerts.services import failure_record_create
+from batches.models import Batch, BatchItem
+from batches.services import batch_submit
+from jobs.models import LlmJob, ProviderBreaker
+from jobs.services import job_submit
+from ledger.models import Budget, CostEntry, ModelPrice
+from pipelines.models import Pipeline
+from pipelines.services import pipeline_create
+from ratelimits.models import RateLimit
+from tests.authorization_world import MARK, World
+
+__all__ = ["ACTION_EFFECTS", "post_action"]
+
+_serial = itertools.count(1)
+
+
+def _name() -> str:
+    return f"{MARK}-{next(_serial)}"
+
+
+_STEP = {"feature": MARK, "model": "claude-sonnet-4-6", "max_tokens": 64,
+         "messages": [{"role": "user", "content": "hello"}]}  # fmt: skip
+
+
+def _failed_job(world: World) -> LlmJob:
+    body = {
+        "feature": MARK,
+        "model": "claude-sonnet-4-6",
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 64,
+    }
+    job, _ = job_submit(user=world.users["owner"], data=body)  # type: ignore[arg-type]
+    LlmJob.objects.filter(id=job.id).update(status=LlmJob.Status.FAILED, attempts=1)
+    job.refresh_from_db()
+    return job
+
+
+def _failure(world: World) -> FailureRecord:
+    with transaction.atomic():
+        return failure_record_create(
+            job=_failed_job(world), severity="ERROR", reason_code="invalid_request"
+        )
+
+
+def _open_breaker(world: World) -> ProviderBreaker:
+    breaker = world.objects["breaker"]
+    ProviderBreaker.objects.filter(id=breaker.id).update(
+        state=ProviderBreaker.State.OPEN, closed_at=None, closed_by=None
+    )
+    return breaker
+
+
+def _cost_entry(world: World) -> CostEntry:
+    job = _failed_job(world)
+    return CostEntry.objects.create(
+        job=job, attempt=1, feature=MARK, model=job.model, user=world.users["owner"],
+        outcome=CostEntry.Outcome.ERROR_RESPONSE, http_status=400,
+    )  # fmt: skip
+
+
+def _price(world: World) -> ModelPrice:
+    one = Decimal("1")
+    return ModelPrice.objects.create(
+        model=_name(), effective_from=timezone.now(), input_per_mtok=one, output_per_mtok=one,
+        cache_write_5m_per_mtok=one, cache_write_1h_per_mtok=one, cache_read_per_mtok=one,
+        max_output_tokens=1000,
+    )  # fmt: skip
+
+
+def _batch(world: World) -> Batch:
+    item = {"messages": _STEP["messages"], "max_tokens": 64}
+    data = {"feature": MARK, "model": "claude-sonnet-4-6", "items": [item]}
+    return batch_submit(user=world.users["owner"], data=data)[0]  # type: ignore[arg-type]
+
+
+def _pipeline(world: World) -> Pipeline:
+    return pipeline_create(user=world.users["owner"], data={"steps": [_STEP]})  # type: ignore[arg-type]
+
+
+def _state(model: Any, state: str, field: str = "state") -> Callable[[World, Any], bool]:
+    return lambda world, target: getattr(model.objects.get(pk=target.pk), field) == state
+
+
+def _gone(model: Any) -> Callable[[World, Any], bool]:
+    return lambda world, target: not model.objects.filter(pk=target.pk).exists()
+
+
+def _new_bulk_requeue(world: World, before: int) -> bool:
+    return BulkRequeue.objects.count() > before
+
+
+Effect = tuple[Callable[[World], Any], Callable[[World, Any], bool]]
+
+ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
+    ("alerts.FailureRecord", "requeue"): (_failure, _state(FailureRecord, "requeued")),
+    ("alerts.FailureRecord", "requeue_with_model"): (_failure, _state(FailureRecord, "requeued")),
+    ("alerts.FailureRecord", "resolve"): (_failure, _state(FailureRecord, "resolved")),
+    ("alerts.FailureRecord", "ignore"): (_failure, _state(FailureRecord, "ignored")),
+    ("alerts.FailureRecord", "requeue_matching"): (
+        lambda world: (_failure(world), BulkRequeue.objects.count())[1],
+        _new_bulk_requeue,
+    ),
+    ("jobs.ProviderBreaker", "close_breaker"): (_open_breaker, _state(ProviderBreaker, "closed")),
+    ("batches.Batch", "cancel_batches"): (_batch, _state(Batch, "cancelled", "status")),
+    ("pipelines.Pipeline", "cancel_pipelines"): (
+        _pipeline,
+        _state(Pipeline, "cancelled", "status"),
+    ),
+    ("jobs.LlmJob", "delete_selected"): (_failed_job, _gone(LlmJob)),
+    ("jobs.ProviderBreaker", "delete_selected"): (_open_breaker, _gone(ProviderBreaker)),
+    ("ledger.CostEntry", "delete_selected"): (_cost_entry, _gone(CostEntry)),
+    ("ledger.Budget", "delete_selected"): (
+        lambda world: Budget.objects.create(scope="feature", feature=_name(), limit_usd=1),
+        _gone(Budget),
+    ),
+    ("ledger.ModelPrice", "delete_selected"): (_price, _gone(ModelPrice)),
+    ("alerts.FailureRecord", "delete_selected"): (_failure, _gone(FailureRecord)),
+    ("alerts.BulkRequeue", "delete_selected"): (
+        lambda world: BulkRequeue.objects.create(description=_name()),
+        _gone(BulkRequeue),
+    ),
+    ("alerts.Alert", "delete_selected"): (
+        lambda world: Alert.objects.create(
+            fingerprint=_name(), severity="ERROR", source="failure", title=MARK
+        ),
+        _gone(Alert),
+    ),
+    ("alerts.AlertRoute", "delete_selected"): (
+        lambda world: AlertRoute.objects.create(
+            severity="ERROR", kind="email", target="ops@example.com", name=_name()
+        ),
+        _gone(AlertRoute),
+    ),
+    ("alerts.LoopHeartbeat", "delete_selected"): (
+        lambda world: LoopHeartbeat.objects.create(name=_name(), interval_seconds=5),
+        _gone(LoopHeartbeat),
+    ),
+    ("batches.Batch", "delete_selected"): (_batch, _gone(Batch)),
+    ("batches.BatchItem", "delete_selected"): (
+        lambda world: _batch(world).items.get(),
+        _gone(BatchItem),
+    ),
+    ("pipelines.Pipeline", "delete_selected"): (_pipeline, _gone(Pipeline)),
+    ("ratelimits.RateLimit", "delete_selected"): (
+        lambda world: RateLimit.objects.create(model=_name(), rpm=10),
+        _gone(RateLimit),
+    ),
+    ("auth.User", "delete_selected"): (
+        lambda world: User.objects.create(username=_name()),
+        _gone(User),
+    ),
+    ("auth.Group", "delete_selected"): (
+        lambda world: Group.objects.create(name=_name()),
+        _gone(Group),
+    ),
+}
+
+# What each action's confirmation step posts (Django's "Yes, I'm sure", the DLQ's forms).
+_CONFIRM: dict[str, dict[str, str]] = {
+    "delete_selected": {"post": "yes"},
+    "requeue_with_model": {"apply": "1", "model": "claude-haiku-4-5"},
+    "resolve": {"apply": "1", "comment": ""},
+    "ignore": {"apply": "1", "comment": ""},
+}
+
+
+def post_action(client: Client, world: World, label: str, action: str, target: Any) -> None:
+    """Post the action as the admin's changelist form does, confirmed."""
+    app_label, model_name = label.lower().split(".")
+    if action == "requeue_matching":
+        url = reverse(f"admin:{app_label}_{model_name}_requeue_matching")
+        client.post(url, {"confirm": "yes"})
+        return
+    url = reverse(f"admin:{app_label}_{model_name}_changelist")
+    data = {"action": action, "_selected_action": [str(target.pk)], "index": "0"}
+    client.post(url, {**data, **_CONFIRM.get(action, {})})

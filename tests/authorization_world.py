@@ -1,0 +1,320 @@
+"""The world the authorization table (tests/test_authorization.py) is checked against: five actors
+and one object of every kind, owned by (or about) the owner, and how an outcome is observed.
+
+The actors:
+- ``owner``: a plain user who owns every job, ledger row and budget below;
+- ``another``: a plain user who owns nothing;
+- ``anonymous``: no session, no token;
+- ``staff``: ``is_staff`` with only the row's ``has`` permissions (not the one the door needs);
+- ``staff_perm``: ``is_staff`` with the row's ``has`` and the row's ``perm`` permissions.
+
+Objects are made through the services where one exists (``job_submit``,
+``failure_record_create``), else as rows. Every owner-made thing carries ``MARK`` (its feature),
+so a page or body that shows the owner's data contains it.
+"""
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import django_rq
+from django.apps import apps
+from django.conf import settings
+from django.contrib import admin
+from django.contrib.auth.models import Group, Permission, User
+from django.db import transaction
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, resolve
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rq import Queue, Worker
+
+from alerts.models import (
+    Alert,
+    AlertDelivery,
+    AlertRoute,
+    BulkRequeue,
+    LoopHeartbeat,
+)
+from alerts.services import failure_record_create
+from batches.services import batch_submit
+from jobs.models import LlmJob, ProviderBreaker
+from jobs.services import job_submit
+from ledger.models import Budget, CostEntry, ModelPrice
+from llmops.queues import DEFAULT_QUEUE
+from pipelines.services import pipeline_create
+from ratelimits.models import RateLimit
+from tests.conftest import seed_prices
+
+__all__ = [
+    "ACTORS",
+    "MARK",
+    "METRICS_TOKEN",
+    "World",
+    "build_world",
+    "client_for",
+    "every_admin_action",
+    "every_route",
+    "observe",
+    "route_of",
+]
+
+ACTORS = ("owner", "another", "anonymous", "staff", "staff_perm")
+MARK = "owner-feature-7f3a"
+"""The owner's feature name: a body that contains it shows the owner's data."""
+METRICS_TOKEN = "authz-metrics-token-" + "x" * 20
+"""What "the permission" is for the metrics endpoints: the scrape token, not a user's right."""
+LOGIN_PATHS = ("/admin/login/", "/login/")
+
+
+def _perms(names: tuple[str, ...]) -> list[Permission]:
+    """Permissions by "app_label.codename"; an unknown name fails the test (a typo in the table)."""
+    found = []
+    for name in names:
+        app_label, codename = name.split(".")
+        found.append(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+    return found
+
+
+def _user(username: str, *, is_staff: bool = False) -> User:
+    # No password: the clients sign in with force_login, and hashing one costs ~0.3 s a user.
+    return User.objects.create(username=username, is_staff=is_staff)
+
+
+@dataclass
+class World:
+    users: dict[str, User | None]
+    tokens: dict[str, str]
+    ids: dict[str, str] = field(default_factory=dict)
+    """What a path's placeholders stand for: ``{job}``, ``{failure}``, ``{budget}`` ..."""
+    objects: dict[str, Any] = field(default_factory=dict)
+
+    def path(self, template: str) -> str:
+        return template.format(**self.ids)
+
+    def grant(self, *, has: tuple[str, ...], perm: tuple[str, ...]) -> None:
+        """``staff`` holds ``has``; ``staff_perm`` holds ``has`` and ``perm``."""
+        self.users["staff"].user_permissions.set(_perms(has))  # type: ignore[union-attr]
+        self.users["staff_perm"].user_permissions.set(_perms(has + perm))  # type: ignore[union-attr]
+
+    def fill_redis(self) -> None:
+        """An RQ job and a worker for django-rq's pages to show (Redis is emptied around every
+        test). The worker is only registered: nothing runs."""
+        # rq's own Queue: django-rq's would wait for a commit that this test never makes.
+        queue = Queue(DEFAULT_QUEUE, connection=django_rq.get_connection(DEFAULT_QUEUE))
+        queue.enqueue("builtins.len", MARK, job_id=self.ids["rq_job"])
+        Worker([queue], name=self.ids["rq_worker"], connection=queue.connection).register_birth()
+
+
+def build_world() -> World:
+    # The seeded prices are gone after a transactional test (a reused database, the WebSocket rows).
+    seed_prices.seed(apps, None)
+    owner = _user("owner")
+    users: dict[str, User | None] = {
+        "owner": owner,
+        "another": _user("another"),
+        "anonymous": None,
+        "staff": _user("staff", is_staff=True),
+        "staff_perm": _user("staff_perm", is_staff=True),
+    }
+    tokens = {
+        name: Token.objects.create(user=user).key
+        for name, user in users.items()
+        if user is not None
+    }
+    world = World(users=users, tokens=tokens)
+    body = {
+        "feature": MARK,
+        "model": "claude-sonnet-4-6",
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 64,
+    }
+    # Two jobs of the owner: one waiting (cancel), one dead-lettered (the DLQ, the ledger).
+    queued, _ = job_submit(user=owner, data=body)
+    failed, _ = job_submit(user=owner, data=body)
+    LlmJob.objects.filter(id=failed.id).update(status=LlmJob.Status.FAILED, attempts=1)
+    failed.refresh_from_db()
+    with transaction.atomic():
+        failure = failure_record_create(
+            job=failed, severity="ERROR", reason_code="invalid_request", http_status=400
+        )
+    price = ModelPrice.objects.filter(model="claude-sonnet-4-6").first()
+    entry = CostEntry.objects.create(
+        job=failed,
+        attempt=1,
+        feature=MARK,
+        model=failed.model,
+        user=owner,
+        price=price,
+        outcome=CostEntry.Outcome.ERROR_RESPONSE,
+        http_status=400,
+        reason_code="invalid_request",
+    )
+    budget = Budget.objects.create(
+        scope=Budget.Scope.FEATURE, feature=MARK, limit_usd=Decimal("10")
+    )
+    breaker = ProviderBreaker.objects.create(
+        provider="anthropic",
+        state=ProviderBreaker.State.OPEN,
+        reason_code="authentication_failed",
+        opened_at=timezone.now(),
+        opened_by_job=failed,
+    )
+    route = AlertRoute.objects.create(
+        severity="ERROR", kind="webhook", target="https://hooks.example.com/authz", name=MARK
+    )
+    alert = Alert.objects.create(
+        fingerprint=f"failure:{MARK}", severity="ERROR", source="failure", title=MARK,
+        failure=failure,
+    )  # fmt: skip
+    AlertDelivery.objects.create(alert=alert, route=route, kind=route.kind, target=route.target)
+    bulk = BulkRequeue.objects.create(
+        created_by=users["staff_perm"], description=MARK, record_ids=[failure.id], total=1
+    )
+    heartbeat = LoopHeartbeat.objects.create(name=MARK, interval_seconds=5)
+    rate_limit = RateLimit.objects.create(model=f"{MARK}-model", rpm=10)
+    victim_price = ModelPrice.objects.create(
+        model=f"{MARK}-model",
+        effective_from=timezone.now() + timedelta(days=365),
+        input_per_mtok=Decimal("1"),
+        output_per_mtok=Decimal("1"),
+        cache_write_5m_per_mtok=Decimal("1"),
+        cache_write_1h_per_mtok=Decimal("1"),
+        cache_read_per_mtok=Decimal("1"),
+        max_output_tokens=1000,
+    )
+    item = {"messages": body["messages"], "max_tokens": 64}
+    batch, _ = batch_submit(
+        user=owner, data={"name": MARK, "feature": MARK, "model": body["model"], "items": [item]}
+    )
+    pipeline = pipeline_create(user=owner, data={"name": MARK, "steps": [body, body]})
+    group = Group.objects.create(name=MARK)
+    victim_user = User.objects.create(username=f"{MARK}-user")
+    world.objects = {
+        "queued": queued,
+        "failed": failed,
+        "failure": failure,
+        "entry": entry,
+        "budget": budget,
+        "breaker": breaker,
+        "route": route,
+        "alert": alert,
+        "bulk": bulk,
+        "heartbeat": heartbeat,
+        "rate_limit": rate_limit,
+        "price": victim_price,
+        "group": group,
+        "batch": batch,
+        "pipeline": pipeline,
+        "victim_user": victim_user,
+        "token": Token.objects.get(user=owner),
+    }
+    queue_index = sorted(settings.RQ_QUEUES).index(DEFAULT_QUEUE)
+    world.ids = {
+        "job": str(failed.id),
+        "queued_job": str(queued.id),
+        "no_job": str(uuid.uuid4()),
+        "failure": str(failure.id),
+        "entry": str(entry.id),
+        "budget": str(budget.id),
+        "breaker": str(breaker.id),
+        "route": str(route.id),
+        "alert": str(alert.id),
+        "bulk": str(bulk.id),
+        "heartbeat": str(heartbeat.id),
+        "rate_limit": str(rate_limit.id),
+        "price": str(victim_price.id),
+        "group": str(group.id),
+        "batch": str(batch.id),
+        "batch_item": str(batch.items.get().id),
+        "pipeline": str(pipeline.id),
+        "user": str(victim_user.id),
+        "token": str(owner.id),  # TokenProxy's primary key is its user's
+        "owner": str(owner.id),
+        "user_ct": str(_content_type_id(User)),
+        "queue": str(queue_index),
+        "rq_job": f"authz-{uuid.uuid4().hex}",
+        "rq_worker": f"authz-{uuid.uuid4().hex}",
+    }
+    return world
+
+
+def _content_type_id(model: type) -> int:
+    from django.contrib.contenttypes.models import ContentType
+
+    return ContentType.objects.get_for_model(model).id
+
+
+def client_for(world: World, actor: str, *, api: bool, bearer: str | None = None) -> Client:
+    """A test client as the actor: the API token for API doors, a session for every other."""
+    headers = {}
+    if bearer is not None:
+        headers["Authorization"] = f"Bearer {bearer}"
+    elif api and actor in world.tokens:
+        headers["Authorization"] = f"Token {world.tokens[actor]}"
+    client = Client(headers=headers)
+    user = world.users[actor]
+    if user is not None and not api:
+        client.force_login(user)
+    return client
+
+
+def observe(response: Any, expected: object) -> object:
+    """The response in the table's terms: "login" for a redirect to a sign-in page; "200+" or
+    "200-" (the owner's data shown or not) where the table asks for it; else the status code."""
+    status = response.status_code
+    if status == 302 and any(
+        re.match(rf"^(https?://[^/]+)?{path}", response["Location"]) for path in LOGIN_PATHS
+    ):
+        return "login"
+    if status == 200 and expected in ("200+", "200-"):
+        body = b"".join(response.streaming_content) if response.streaming else response.content
+        return "200+" if MARK.encode() in body else "200-"
+    return status
+
+
+# --- every door there is ------------------------------------------------------------------------
+
+
+def _join(route1: str, route2: str) -> str:
+    # As django.urls.URLResolver joins a route with its include's (ResolverMatch.route), and
+    # without any "^": a regex at the root and the same one in an include are one door.
+    return (route1 + route2).replace("^", "")
+
+
+def every_route(patterns: list[Any] | None = None, prefix: str = "") -> list[str]:
+    """Every URL pattern of the project, as the route ``route_of`` gives for a path it serves."""
+    routes = []
+    for pattern in get_resolver().url_patterns if patterns is None else patterns:
+        if isinstance(pattern, URLResolver):
+            routes += every_route(pattern.url_patterns, _join(prefix, str(pattern.pattern)))
+        elif isinstance(pattern, URLPattern):
+            routes.append(_join(prefix, str(pattern.pattern)))
+    return routes
+
+
+class _AnyId(dict[str, str]):
+    """Fills a path's placeholders with something every converter accepts, to resolve it."""
+
+    def __missing__(self, key: str) -> str:
+        return "1"
+
+
+def route_of(template: str) -> str:
+    """The URL pattern serving a row's path (its placeholders filled, its query dropped)."""
+    path = template.split("?")[0].format_map(_AnyId())
+    return resolve(path).route.replace("^", "")
+
+
+def every_admin_action() -> set[str]:
+    """Every action of every admin class, as "app_label.Model name", whoever may run it."""
+    actions = set()
+    for model, model_admin in admin.site._registry.items():
+        if model_admin.actions is None:  # Django offers none then, not even delete_selected
+            continue
+        for _func, name, _description in model_admin._get_base_actions():  # type: ignore[attr-defined]
+            actions.add(f"{model._meta.label} {name}")
+    return actions

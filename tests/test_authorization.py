@@ -1,0 +1,454 @@
+"""Who may pass every door: each URL, the WebSocket route and each admin action, for five actors.
+
+One table, one row per door. The actors (tests/authorization_world.py): ``owner`` (a plain user
+who owns the jobs, ledger rows and budget of the world), ``another`` (a plain user), anonymous,
+``staff`` (``is_staff`` holding only the row's ``has`` permissions) and ``staff+perm`` (the same
+plus the row's ``perm``: the permission the door asks for). Outcomes:
+
+- a status code: what the door answers (``login``: a redirect to the sign-in page);
+- ``200+`` / ``200-``: 200, and the owner's data is shown / is not (another user's objects are
+  invisible: a list leaves them out, a detail answers 404);
+- admin actions: ``done`` / ``refused``, read from the database (did the action happen?);
+- the WebSocket: ``open+`` / ``open-`` (accepted, and the owner's job event arrives / does not),
+  or the close code it is refused with (4401, 4403, 4404).
+
+API doors are called with the actor's API token, every other door with a session. A change or
+delete *form* posted to the admin passes the same permission check as its page (Django's
+``ModelAdmin``), so the page's row covers both. ``test_every_door_is_in_the_table`` fails when a
+URL pattern, WebSocket route or admin action exists that no row covers.
+"""
+
+# ruff: noqa: E501  (the table keeps one door per line, so that it reads as a table)
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.db import transaction
+
+from jobs.events import publish_job_event
+from jobs.routing import websocket_urlpatterns
+from llmops.asgi import application
+from tests.authorization_effects import ACTION_EFFECTS, post_action
+from tests.authorization_world import (
+    ACTORS,
+    METRICS_TOKEN,
+    World,
+    build_world,
+    client_for,
+    every_admin_action,
+    every_route,
+    observe,
+    route_of,
+)
+from tests.conftest import job_body
+
+JOB_BODY = job_body()
+
+
+@dataclass(frozen=True)
+class Door:
+    kind: str
+    """"api" (token), "page" (session), "admin" (session), "action", "ws"."""
+    what: str
+    """"GET /path/{placeholder}/", "app.Model action_name", or a WebSocket path."""
+    perm: str = ""
+    """What ``staff+perm`` holds beyond ``has``: permissions, or ``METRICS_TOKEN``."""
+    has: str = ""
+    """Permissions both staff actors hold (e.g. the view permission an action's page needs)."""
+    expected: tuple[object, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.what}"
+
+
+def D(kind: str, what: str, perm: str, *expected: object, has: str = "") -> Door:  # noqa: N802
+    assert len(expected) == len(ACTORS), what
+    return Door(kind, what, perm, has, tuple(expected))
+
+
+L = "login"
+# Every admin model page: anonymous and non-staff users are sent to the admin's sign-in page.
+# fmt: off
+TABLE: list[Door] = [
+    # kind  method path / action / route                      staff+perm holds    owner another anon staff staff+perm
+    # --- the jobs API: your own jobs only, staff included -------------------------------------
+    D("api", "GET /api/v1/me/", "", 200, 200, 401, 200, 200),
+    D("api", "GET /api/v1/jobs/", "jobs.view_llmjob", "200+", "200-", 401, "200-", "200-"),
+    D("api", "POST /api/v1/jobs/", "jobs.add_llmjob", 202, 202, 401, 202, 202),
+    D("api", "GET /api/v1/jobs/{job}/", "jobs.view_llmjob", 200, 404, 401, 404, 404),
+    D("api", "POST /api/v1/jobs/{queued_job}/cancel/", "jobs.change_llmjob", 200, 404, 401, 404, 404),
+    # --- costs: your own spend; everyone's for staff who may read the ledger ------------------
+    D("api", "GET /api/v1/costs/", "ledger.view_costentry", "200+", "200-", 401, "200-", "200+"),
+    D("api", "GET /api/v1/costs/?user={owner}", "ledger.view_costentry", "200+", 403, 401, 403, "200+"),
+    # --- staff APIs: staff status and the model permission ------------------------------------
+    # Budgets: any staff member, as the ops dashboard's budgets panel (tests/ledger/test_budgets_api.py)
+    D("api", "GET /api/v1/budgets/", "ledger.view_budget", 403, 403, 401, "200+", "200+"),
+    D("api", "GET /api/v1/budgets/{budget}/", "ledger.view_budget", 403, 403, 401, "200+", "200+"),
+    D("api", "GET /api/v1/failures/", "alerts.view_failurerecord", 403, 403, 401, 403, "200+"),
+    D("api", "POST /api/v1/failures/{failure}/requeue/", "alerts.requeue_failurerecord", 403, 403, 401, 403, 200),
+    D("api", "POST /api/v1/failures/{failure}/resolve/", "alerts.resolve_failurerecord", 403, 403, 401, 403, 200),
+    # --- batches and pipelines (issue 11): the owner's, or any staff member's (docs/api.md) ------
+    D("api", "GET /api/v1/batches/", "batches.view_batch", "200+", "200-", 401, "200-", "200-"),
+    D("api", "POST /api/v1/batches/", "batches.add_batch", 202, 202, 401, 202, 202),
+    D("api", "GET /api/v1/batches/{batch}/", "batches.view_batch", 200, 404, 401, 200, 200),
+    D("api", "GET /api/v1/batches/{batch}/jobs/", "batches.view_batch", "200+", 404, 401, "200+", "200+"),
+    D("api", "POST /api/v1/batches/{batch}/cancel/", "batches.cancel_batch", 200, 404, 401, 200, 200),
+    D("api", "GET /api/v1/pipelines/", "pipelines.view_pipeline", "200+", "200-", 401, "200-", "200-"),
+    D("api", "POST /api/v1/pipelines/", "pipelines.add_pipeline", 202, 202, 401, 202, 202),
+    D("api", "GET /api/v1/pipelines/{pipeline}/", "pipelines.view_pipeline", "200+", 404, 401, "200+", "200+"),
+    D("api", "POST /api/v1/pipelines/{pipeline}/cancel/", "pipelines.cancel_pipeline", 200, 404, 401, 200, 200),
+    # --- public: the schema, health checks, sign-in ------------------------------------------
+    D("page", "GET /api/schema/", "", 200, 200, 200, 200, 200),
+    D("page", "GET /api/docs/", "", 200, 200, 200, 200, 200),
+    D("page", "GET /healthz", "", 200, 200, 200, 200, 200),
+    D("page", "GET /readyz", "", 503, 503, 503, 503, 503),  # no llm worker in this test
+    D("page", "GET /login/", "", 200, 200, 200, 200, 200),
+    D("page", "GET /live/", "", 200, 200, L, 200, 200),
+    # --- metrics: the scrape token (or an allowed network), never a session -------------------
+    D("page", "GET /metrics", "METRICS_TOKEN", 401, 401, 401, 401, 200),
+    D("page", "GET /django-rq/metrics/", "METRICS_TOKEN", 401, 401, 401, 401, 200),
+    # --- the ops dashboard: any active staff member (docs/operations.md, "Ops dashboard") -----
+    D("admin", "GET /admin/ops/dashboard/", "", L, L, L, 200, 200),
+    D("admin", "GET /admin/ops/dashboard/data.json", "", L, L, L, 200, 200),
+    # --- the admin site itself ----------------------------------------------------------------
+    D("admin", "GET /admin/", "", L, L, L, 200, 200),
+    D("admin", "GET /admin/login/", "", 200, 200, 200, 302, 302),
+    D("admin", "POST /admin/logout/", "", 302, 302, 302, 200, 200),
+    D("admin", "GET /admin/password_change/", "", L, L, L, 200, 200),
+    D("admin", "GET /admin/password_change/done/", "", L, L, L, 200, 200),
+    D("admin", "GET /admin/jsi18n/", "", L, L, L, 200, 200),
+    D("admin", "GET /admin/autocomplete/?app_label=ledger&model_name=budget&field_name=user", "auth.view_user", L, L, L, 403, 200, has="ledger.view_budget"),
+    D("admin", "GET /admin/r/{user_ct}/{owner}/", "auth.view_user", L, L, L, 404, 404),
+    D("admin", "GET /admin/jobs/", "jobs.view_llmjob", L, L, L, 404, 200),
+    D("admin", "GET /admin/no-such-page/", "", L, L, L, 404, 404),
+    # --- admin: jobs -------------------------------------------------------------------------
+    D("admin", "GET /admin/jobs/llmjob/", "jobs.view_llmjob", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/jobs/llmjob/add/", "jobs.add_llmjob", L, L, L, 403, 403),
+    D("admin", "GET /admin/jobs/llmjob/{job}/change/", "jobs.view_llmjob", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/jobs/llmjob/{job}/delete/", "jobs.delete_llmjob", L, L, L, 403, 403),
+    D("admin", "GET /admin/jobs/llmjob/{job}/history/", "jobs.view_llmjob", L, L, L, 403, 200),
+    D("admin", "GET /admin/jobs/llmjob/{job}/", "jobs.view_llmjob", L, L, L, 302, 302),
+    D("admin", "GET /admin/jobs/providerbreaker/", "jobs.view_providerbreaker", L, L, L, 403, 200),
+    D("admin", "GET /admin/jobs/providerbreaker/add/", "jobs.add_providerbreaker", L, L, L, 403, 403),
+    D("admin", "GET /admin/jobs/providerbreaker/{breaker}/change/", "jobs.view_providerbreaker", L, L, L, 403, 200),
+    D("admin", "GET /admin/jobs/providerbreaker/{breaker}/delete/", "jobs.delete_providerbreaker", L, L, L, 403, 403),
+    D("admin", "GET /admin/jobs/providerbreaker/{breaker}/history/", "jobs.view_providerbreaker", L, L, L, 403, 200),
+    D("admin", "GET /admin/jobs/providerbreaker/{breaker}/", "jobs.view_providerbreaker", L, L, L, 302, 302),
+    # --- admin: ledger -----------------------------------------------------------------------
+    D("admin", "GET /admin/ledger/costentry/", "ledger.view_costentry", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/ledger/costentry/add/", "ledger.add_costentry", L, L, L, 403, 403),
+    D("admin", "GET /admin/ledger/costentry/{entry}/change/", "ledger.view_costentry", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/ledger/costentry/{entry}/delete/", "ledger.delete_costentry", L, L, L, 403, 403),
+    D("admin", "GET /admin/ledger/costentry/{entry}/history/", "ledger.view_costentry", L, L, L, 403, 200),
+    D("admin", "GET /admin/ledger/costentry/{entry}/", "ledger.view_costentry", L, L, L, 302, 302),
+    D("admin", "GET /admin/ledger/costentry/report/", "ledger.view_costentry", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/ledger/costentry/report/csv/", "ledger.view_costentry", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/ledger/budget/", "ledger.view_budget", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/ledger/budget/add/", "ledger.add_budget", L, L, L, 403, 200),
+    D("admin", "GET /admin/ledger/budget/{budget}/change/", "ledger.view_budget", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/ledger/budget/{budget}/delete/", "ledger.delete_budget", L, L, L, 403, 200),
+    D("admin", "GET /admin/ledger/budget/{budget}/history/", "ledger.view_budget", L, L, L, 403, 200),
+    D("admin", "GET /admin/ledger/budget/{budget}/", "ledger.view_budget", L, L, L, 302, 302),
+    D("admin", "GET /admin/ledger/modelprice/", "ledger.view_modelprice", L, L, L, 403, 200),
+    D("admin", "GET /admin/ledger/modelprice/add/", "ledger.add_modelprice", L, L, L, 403, 200),
+    D("admin", "GET /admin/ledger/modelprice/{price}/change/", "ledger.view_modelprice", L, L, L, 403, 200),
+    D("admin", "GET /admin/ledger/modelprice/{price}/delete/", "ledger.delete_modelprice", L, L, L, 403, 200),
+    D("admin", "GET /admin/ledger/modelprice/{price}/history/", "ledger.view_modelprice", L, L, L, 403, 200),
+    D("admin", "GET /admin/ledger/modelprice/{price}/", "ledger.view_modelprice", L, L, L, 302, 302),
+    # --- admin: alerts and the DLQ -----------------------------------------------------------
+    D("admin", "GET /admin/alerts/failurerecord/", "alerts.view_failurerecord", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/alerts/failurerecord/add/", "alerts.add_failurerecord", L, L, L, 403, 403),
+    D("admin", "GET /admin/alerts/failurerecord/{failure}/change/", "alerts.view_failurerecord", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/alerts/failurerecord/{failure}/delete/", "alerts.delete_failurerecord", L, L, L, 403, 403),
+    D("admin", "GET /admin/alerts/failurerecord/{failure}/history/", "alerts.view_failurerecord", L, L, L, 403, 200),
+    D("admin", "GET /admin/alerts/failurerecord/{failure}/", "alerts.view_failurerecord", L, L, L, 302, 302),
+    D("admin", "GET /admin/alerts/failurerecord/requeue-matching/", "alerts.requeue_matching_failurerecord", L, L, L, 403, "200+", has="alerts.view_failurerecord"),
+    D("admin", "GET /admin/alerts/bulkrequeue/", "alerts.view_bulkrequeue", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/alerts/bulkrequeue/add/", "alerts.add_bulkrequeue", L, L, L, 403, 403),
+    D("admin", "GET /admin/alerts/bulkrequeue/{bulk}/change/", "alerts.view_bulkrequeue", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/alerts/bulkrequeue/{bulk}/delete/", "alerts.delete_bulkrequeue", L, L, L, 403, 403),
+    D("admin", "GET /admin/alerts/bulkrequeue/{bulk}/history/", "alerts.view_bulkrequeue", L, L, L, 403, 200),
+    D("admin", "GET /admin/alerts/bulkrequeue/{bulk}/", "alerts.view_bulkrequeue", L, L, L, 302, 302),
+    D("admin", "GET /admin/alerts/alert/", "alerts.view_alert", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/alerts/alert/add/", "alerts.add_alert", L, L, L, 403, 403),
+    D("admin", "GET /admin/alerts/alert/{alert}/change/", "alerts.view_alert", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/alerts/alert/{alert}/delete/", "alerts.delete_alert", L, L, L, 403, 403),
+    D("admin", "GET /admin/alerts/alert/{alert}/history/", "alerts.view_alert", L, L, L, 403, 200),
+    D("admin", "GET /admin/alerts/alert/{alert}/", "alerts.view_alert", L, L, L, 302, 302),
+    D("admin", "GET /admin/alerts/alertroute/", "alerts.view_alertroute", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/alerts/alertroute/add/", "alerts.add_alertroute", L, L, L, 403, 200),
+    D("admin", "GET /admin/alerts/alertroute/{route}/change/", "alerts.view_alertroute", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/alerts/alertroute/{route}/delete/", "alerts.delete_alertroute", L, L, L, 403, 200),
+    D("admin", "GET /admin/alerts/alertroute/{route}/history/", "alerts.view_alertroute", L, L, L, 403, 200),
+    D("admin", "GET /admin/alerts/alertroute/{route}/", "alerts.view_alertroute", L, L, L, 302, 302),
+    D("admin", "GET /admin/alerts/loopheartbeat/", "alerts.view_loopheartbeat", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/alerts/loopheartbeat/add/", "alerts.add_loopheartbeat", L, L, L, 403, 403),
+    D("admin", "GET /admin/alerts/loopheartbeat/{heartbeat}/change/", "alerts.view_loopheartbeat", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/alerts/loopheartbeat/{heartbeat}/delete/", "alerts.delete_loopheartbeat", L, L, L, 403, 403),
+    D("admin", "GET /admin/alerts/loopheartbeat/{heartbeat}/history/", "alerts.view_loopheartbeat", L, L, L, 403, 200),
+    D("admin", "GET /admin/alerts/loopheartbeat/{heartbeat}/", "alerts.view_loopheartbeat", L, L, L, 302, 302),
+    # --- admin: batches and pipelines ---------------------------------------------------------
+    D("admin", "GET /admin/batches/batch/", "batches.view_batch", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/batches/batch/add/", "batches.add_batch", L, L, L, 403, 403),
+    D("admin", "GET /admin/batches/batch/{batch}/change/", "batches.view_batch", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/batches/batch/{batch}/delete/", "batches.delete_batch", L, L, L, 403, 403),
+    D("admin", "GET /admin/batches/batch/{batch}/history/", "batches.view_batch", L, L, L, 403, 200),
+    D("admin", "GET /admin/batches/batch/{batch}/", "batches.view_batch", L, L, L, 302, 302),
+    D("admin", "GET /admin/batches/batchitem/", "batches.view_batchitem", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/batches/batchitem/add/", "batches.add_batchitem", L, L, L, 403, 403),
+    D("admin", "GET /admin/batches/batchitem/{batch_item}/change/", "batches.view_batchitem", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/batches/batchitem/{batch_item}/delete/", "batches.delete_batchitem", L, L, L, 403, 403),
+    D("admin", "GET /admin/batches/batchitem/{batch_item}/history/", "batches.view_batchitem", L, L, L, 403, 200),
+    D("admin", "GET /admin/batches/batchitem/{batch_item}/", "batches.view_batchitem", L, L, L, 302, 302),
+    D("admin", "GET /admin/pipelines/pipeline/", "pipelines.view_pipeline", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/pipelines/pipeline/add/", "pipelines.add_pipeline", L, L, L, 403, 403),
+    D("admin", "GET /admin/pipelines/pipeline/{pipeline}/change/", "pipelines.view_pipeline", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/pipelines/pipeline/{pipeline}/delete/", "pipelines.delete_pipeline", L, L, L, 403, 403),
+    D("admin", "GET /admin/pipelines/pipeline/{pipeline}/history/", "pipelines.view_pipeline", L, L, L, 403, 200),
+    D("admin", "GET /admin/pipelines/pipeline/{pipeline}/", "pipelines.view_pipeline", L, L, L, 302, 302),
+    # --- admin: rate limits ------------------------------------------------------------------
+    D("admin", "GET /admin/ratelimits/ratelimit/", "ratelimits.view_ratelimit", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/ratelimits/ratelimit/add/", "ratelimits.add_ratelimit", L, L, L, 403, 200),
+    D("admin", "GET /admin/ratelimits/ratelimit/{rate_limit}/change/", "ratelimits.view_ratelimit", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/ratelimits/ratelimit/{rate_limit}/delete/", "ratelimits.delete_ratelimit", L, L, L, 403, 200),
+    D("admin", "GET /admin/ratelimits/ratelimit/{rate_limit}/history/", "ratelimits.view_ratelimit", L, L, L, 403, 200),
+    D("admin", "GET /admin/ratelimits/ratelimit/{rate_limit}/", "ratelimits.view_ratelimit", L, L, L, 302, 302),
+    # --- admin: users, groups, API tokens ----------------------------------------------------
+    D("admin", "GET /admin/auth/user/", "auth.view_user", L, L, L, 403, 200),
+    D("admin", "GET /admin/auth/user/add/", "auth.add_user auth.change_user", L, L, L, 403, 200),
+    D("admin", "GET /admin/auth/user/{user}/change/", "auth.view_user", L, L, L, 403, 200),
+    D("admin", "GET /admin/auth/user/{user}/delete/", "auth.delete_user", L, L, L, 403, 200),
+    D("admin", "GET /admin/auth/user/{user}/history/", "auth.view_user", L, L, L, 403, 200),
+    D("admin", "GET /admin/auth/user/{user}/", "auth.view_user", L, L, L, 302, 302),
+    D("admin", "GET /admin/auth/user/{user}/password/", "auth.change_user", L, L, L, 403, 200),
+    D("admin", "GET /admin/auth/group/", "auth.view_group", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/auth/group/add/", "auth.add_group", L, L, L, 403, 200),
+    D("admin", "GET /admin/auth/group/{group}/change/", "auth.view_group", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/auth/group/{group}/delete/", "auth.delete_group", L, L, L, 403, 200),
+    D("admin", "GET /admin/auth/group/{group}/history/", "auth.view_group", L, L, L, 403, 200),
+    D("admin", "GET /admin/auth/group/{group}/", "auth.view_group", L, L, L, 302, 302),
+    D("admin", "GET /admin/authtoken/tokenproxy/", "authtoken.view_tokenproxy", L, L, L, 403, 200),
+    D("admin", "GET /admin/authtoken/tokenproxy/add/", "authtoken.add_tokenproxy", L, L, L, 403, 200),
+    D("admin", "GET /admin/authtoken/tokenproxy/{token}/change/", "authtoken.view_tokenproxy", L, L, L, 403, 200),
+    D("admin", "GET /admin/authtoken/tokenproxy/{token}/delete/", "authtoken.delete_tokenproxy", L, L, L, 403, 200),
+    D("admin", "GET /admin/authtoken/tokenproxy/{token}/history/", "authtoken.view_tokenproxy", L, L, L, 403, 200),
+    D("admin", "GET /admin/authtoken/tokenproxy/{token}/", "authtoken.view_tokenproxy", L, L, L, 302, 302),
+    # --- django-rq's dashboard, at /django-rq/ and in the admin ({rq}: both): its permission ---
+    D("admin", "GET {rq}", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}stats.json", "django_rq.admin", 401, 401, 401, 403, 200),
+    D("admin", "GET {rq}stats.json/wrongtoken/", "django_rq.admin", 401, 401, 401, 403, 200),
+    D("page", "GET {rq}metrics/", "METRICS_TOKEN", 401, 401, 401, 401, 200),
+    D("admin", "GET {rq}queues/{queue}/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}queues/{queue}/details/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}queues/{queue}/finished/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}queues/{queue}/failed/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}queues/{queue}/failed/clear/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}queues/{queue}/scheduled/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}queues/{queue}/started/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}queues/{queue}/deferred/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}queues/{queue}/empty/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "POST {rq}queues/{queue}/empty/", "django_rq.admin", L, L, L, 403, 302),
+    D("admin", "GET {rq}queues/{queue}/requeue-all/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}queues/{queue}/{rq_job}/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}queues/{queue}/{rq_job}/results/no-such-result/", "django_rq.admin", L, L, L, 403, 404),
+    D("admin", "GET {rq}queues/{queue}/{rq_job}/delete/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}queues/{queue}/{rq_job}/requeue/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}queues/{queue}/{rq_job}/enqueue/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "POST {rq}queues/{queue}/{rq_job}/stop/", "django_rq.admin", L, L, L, 403, 302),
+    D("admin", "POST {rq}queues/confirm-action/{queue}/", "django_rq.admin", L, L, L, 403, 302),
+    D("admin", "POST {rq}queues/actions/{queue}/", "django_rq.admin", L, L, L, 403, 302),
+    D("admin", "GET {rq}workers/{queue}/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}workers/{queue}/rq:worker:{rq_worker}/", "django_rq.admin", L, L, L, 403, 200),
+    D("admin", "GET {rq}cron-schedulers/0/no-such-scheduler/", "django_rq.admin", L, L, L, 403, 404),
+    D("admin", "GET {rq}cron-schedulers/0/no-such-scheduler/jobs/none/", "django_rq.admin", L, L, L, 403, 404),
+    # --- admin actions (each read back from the database) ------------------------------------
+    D("action", "alerts.FailureRecord requeue", "alerts.requeue_failurerecord", "refused", "refused", "refused", "refused", "done", has="alerts.view_failurerecord"),
+    D("action", "alerts.FailureRecord requeue_with_model", "alerts.requeue_other_model_failurerecord", "refused", "refused", "refused", "refused", "done", has="alerts.view_failurerecord"),
+    D("action", "alerts.FailureRecord resolve", "alerts.resolve_failurerecord", "refused", "refused", "refused", "refused", "done", has="alerts.view_failurerecord"),
+    D("action", "alerts.FailureRecord ignore", "alerts.ignore_failurerecord", "refused", "refused", "refused", "refused", "done", has="alerts.view_failurerecord"),
+    D("action", "alerts.FailureRecord requeue_matching", "alerts.requeue_matching_failurerecord", "refused", "refused", "refused", "refused", "done", has="alerts.view_failurerecord"),
+    D("action", "jobs.ProviderBreaker close_breaker", "jobs.close_providerbreaker", "refused", "refused", "refused", "refused", "done", has="jobs.view_providerbreaker"),
+    D("action", "batches.Batch cancel_batches", "batches.cancel_batch", "refused", "refused", "refused", "refused", "done", has="batches.view_batch"),
+    D("action", "pipelines.Pipeline cancel_pipelines", "pipelines.cancel_pipeline", "refused", "refused", "refused", "refused", "done", has="pipelines.view_pipeline"),
+    D("action", "batches.Batch delete_selected", "batches.delete_batch", "refused", "refused", "refused", "refused", "refused", has="batches.view_batch"),
+    D("action", "batches.BatchItem delete_selected", "batches.delete_batchitem", "refused", "refused", "refused", "refused", "refused", has="batches.view_batchitem"),
+    D("action", "pipelines.Pipeline delete_selected", "pipelines.delete_pipeline", "refused", "refused", "refused", "refused", "refused", has="pipelines.view_pipeline"),
+    # delete_selected: offered only where the admin allows deleting; never for records of what happened.
+    D("action", "jobs.LlmJob delete_selected", "jobs.delete_llmjob", "refused", "refused", "refused", "refused", "refused", has="jobs.view_llmjob"),
+    D("action", "jobs.ProviderBreaker delete_selected", "jobs.delete_providerbreaker", "refused", "refused", "refused", "refused", "refused", has="jobs.view_providerbreaker"),
+    D("action", "ledger.CostEntry delete_selected", "ledger.delete_costentry", "refused", "refused", "refused", "refused", "refused", has="ledger.view_costentry"),
+    D("action", "ledger.Budget delete_selected", "ledger.delete_budget", "refused", "refused", "refused", "refused", "done", has="ledger.view_budget"),
+    D("action", "ledger.ModelPrice delete_selected", "ledger.delete_modelprice", "refused", "refused", "refused", "refused", "done", has="ledger.view_modelprice"),
+    D("action", "alerts.FailureRecord delete_selected", "alerts.delete_failurerecord", "refused", "refused", "refused", "refused", "refused", has="alerts.view_failurerecord"),
+    D("action", "alerts.BulkRequeue delete_selected", "alerts.delete_bulkrequeue", "refused", "refused", "refused", "refused", "refused", has="alerts.view_bulkrequeue"),
+    D("action", "alerts.Alert delete_selected", "alerts.delete_alert", "refused", "refused", "refused", "refused", "refused", has="alerts.view_alert"),
+    D("action", "alerts.AlertRoute delete_selected", "alerts.delete_alertroute", "refused", "refused", "refused", "refused", "done", has="alerts.view_alertroute"),
+    D("action", "alerts.LoopHeartbeat delete_selected", "alerts.delete_loopheartbeat", "refused", "refused", "refused", "refused", "refused", has="alerts.view_loopheartbeat"),
+    D("action", "ratelimits.RateLimit delete_selected", "ratelimits.delete_ratelimit", "refused", "refused", "refused", "refused", "done", has="ratelimits.view_ratelimit"),
+    D("action", "auth.User delete_selected", "auth.delete_user", "refused", "refused", "refused", "refused", "done", has="auth.view_user"),
+    D("action", "auth.Group delete_selected", "auth.delete_group", "refused", "refused", "refused", "refused", "done", has="auth.view_group"),
+    # --- the WebSocket of live job events ----------------------------------------------------
+    D("ws", "/ws/jobs/", "jobs.view_llmjob", "open+", "open-", 4401, "open-", "open-"),
+    D("ws", "/ws/jobs/?job={job}", "jobs.view_llmjob", "open+", 4404, 4401, 4404, 4404),
+    D("ws", "/ws/jobs/?job=not-a-uuid", "jobs.view_llmjob", 4404, 4404, 4401, 4404, 4404),
+    D("ws", "/ws/jobs/?all=1", "jobs.view_llmjob", 4403, 4403, 4401, 4403, "open+"),
+]
+# fmt: on
+
+
+RQ_MOUNTS = ("/django-rq/", "/admin/django_rq/dashboard/")
+"""django-rq's dashboard is served twice; a row with ``{rq}`` stands for both."""
+TABLE = [
+    Door(door.kind, door.what.replace("{rq}", mount), door.perm, door.has, door.expected)
+    for door in TABLE
+    for mount in (RQ_MOUNTS if "{rq}" in door.what else ("",))
+]
+
+
+HTTP_KINDS = ("api", "page", "admin")
+ACTION_PAGES = {"alerts.FailureRecord requeue_matching"}
+"""Rows of the action kind that are not in an action menu: "requeue all matching" is posted to
+its own admin page (which has its row too)."""
+
+
+def _rows(*kinds: str) -> list[Any]:
+    return [pytest.param(door, id=str(door)) for door in TABLE if door.kind in kinds]
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(text.split()) if text else ()
+
+
+def _grant(world: World, door: Door) -> World:
+    perm = _names(door.perm) if door.perm != "METRICS_TOKEN" else ()
+    world.grant(has=_names(door.has), perm=perm)
+    return world
+
+
+@pytest.fixture(scope="class")
+def shared_world(django_db_setup: None, django_db_blocker: Any) -> Iterator[World]:
+    """One world for every HTTP row and action, made once in a transaction that is rolled back
+    at the end; each test runs in a savepoint inside it (pytest-django's ``db``), so what a row
+    changes is undone before the next."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        yield build_world()
+        transaction.set_rollback(True)
+
+
+@pytest.fixture
+def world(shared_world: World, db: None) -> World:
+    shared_world.fill_redis()
+    return shared_world
+
+
+POST_BODIES = {
+    "/api/v1/jobs/": JOB_BODY,
+    "/api/v1/batches/": {
+        "feature": "f",
+        "model": JOB_BODY["model"],
+        "items": [{"messages": JOB_BODY["messages"], "max_tokens": 64}],
+    },
+    "/api/v1/pipelines/": {"steps": [JOB_BODY]},
+}
+"""What a row's POST sends (a valid submit, so that 202 means "let in and accepted")."""
+
+
+# --- HTTP doors and admin actions: one world for the class (see shared_world) ----------------
+
+
+class TestDoorsOverHttp:
+    @pytest.mark.parametrize("door", _rows(*HTTP_KINDS))
+    def test_http_door(self, door: Door, world: World, settings: Any) -> None:
+        settings.METRICS_TOKEN = METRICS_TOKEN
+        settings.METRICS_ALLOWED_NETWORKS = []
+        _grant(world, door)
+        method, template = door.what.split(" ", 1)
+        path = world.path(template)
+        api = door.kind == "api"
+        seen = {}
+        for actor, expected in zip(ACTORS, door.expected, strict=True):
+            bearer = (
+                METRICS_TOKEN if door.perm == "METRICS_TOKEN" and actor == "staff_perm" else None
+            )
+            client = client_for(world, actor, api=api, bearer=bearer)
+            with transaction.atomic():  # what one actor changes (a cancel) is undone for the next
+                if method == "GET":
+                    response = client.get(path)
+                elif api:
+                    body = POST_BODIES.get(path, {})
+                    response = client.post(path, body, content_type="application/json")
+                else:
+                    response = client.post(path, {})
+                seen[actor] = observe(response, expected)
+                transaction.set_rollback(True)
+        assert tuple(seen.values()) == door.expected, seen
+
+    @pytest.mark.parametrize("door", _rows("action"))
+    def test_admin_action(self, door: Door, world: World) -> None:
+        label, action = door.what.split(" ")
+        _grant(world, door)
+        make_target, happened = ACTION_EFFECTS[(label, action)]
+        seen = {}
+        for actor in ACTORS:
+            target = make_target(world)  # a fresh one each: the actor before may have done it
+            post_action(client_for(world, actor, api=False), world, label, action, target)
+            seen[actor] = "done" if happened(world, target) else "refused"
+        assert tuple(seen.values()) == door.expected, seen
+
+
+# --- the WebSocket ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("prices")
+@pytest.mark.parametrize("door", _rows("ws"))
+def test_websocket_door(door: Door) -> None:
+    world = _grant(build_world(), door)  # committed: the consumer reads on its own connection
+    job = world.objects["failed"]
+    path = world.path(door.what)
+
+    async def connect(actor: str) -> object:
+        kwargs: dict[str, Any] = {}
+        if actor in world.tokens:
+            kwargs["subprotocols"] = ["token", world.tokens[actor]]
+        else:  # a page of ours in a browser, with no session
+            kwargs["headers"] = [(b"origin", b"http://localhost")]
+        comm = WebsocketCommunicator(application, path, **kwargs)
+        connected, code = await comm.connect()
+        if not connected:
+            return code
+        await sync_to_async(publish_job_event)(job)
+        heard = not await comm.receive_nothing(timeout=1)
+        if heard:
+            assert (await comm.receive_json_from())["job"]["id"] == str(job.id)
+        await comm.disconnect()
+        return "open+" if heard else "open-"
+
+    async def every_actor() -> dict[str, object]:
+        return {actor: await connect(actor) for actor in ACTORS}
+
+    seen = async_to_sync(every_actor)()
+    assert tuple(seen.values()) == door.expected, seen
+
+
+# --- nothing left out ---------------------------------------------------------------------------
+
+
+def test_every_door_is_in_the_table() -> None:
+    """A URL pattern, WebSocket route or admin action added without its row fails here; so does
+    a row for an admin action that no longer exists."""
+    covered = {route_of(door.what.split(" ", 1)[1]) for door in TABLE if door.kind in HTTP_KINDS}
+    missing_routes = [route for route in every_route() if route not in covered]
+    assert not missing_routes, f"URL patterns with no row in the table: {missing_routes}"
+
+    ws_covered = {door.what.split("?")[0].lstrip("/") for door in TABLE if door.kind == "ws"}
+    missing_ws = [str(p.pattern) for p in websocket_urlpatterns if str(p.pattern) not in ws_covered]
+    assert not missing_ws, f"WebSocket routes with no row in the table: {missing_ws}"
+
+    rows = {door.what for door in TABLE if door.kind == "action"} - ACTION_PAGES
+    assert sorted(every_admin_action() - rows) == [], "admin actions with no row in the table"
+    assert sorted(rows - every_admin_action()) == [], "rows for admin actions that do not exist"
