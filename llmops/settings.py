@@ -325,6 +325,8 @@ SPECTACULAR_SETTINGS = {
         "budgets. Every error body is {code, message, detail} with a stable code (docs/api.md)."
     ),
     "VERSION": "1",
+    # Operations tagged by the path segment after it: jobs, batches, pipelines, failures, costs...
+    "SCHEMA_PATH_PREFIX": r"/api/v1/",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     # No authentication for the schema itself: a stale token in the browser must not hide it.
