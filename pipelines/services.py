@@ -140,8 +140,9 @@ def _finish(pipeline: Pipeline, status: str) -> None:
 def _in_a_pipeline(job: LlmJob) -> bool:
     """The marker its step put in the job's metadata: tested without a query. Only a hint (a
     caller could send the key on a plain job); the step's row decides."""
-    if "metadata" in job.get_deferred_fields():
-        # A caller that left the column unread (a list, a bulk action): reading it would cost a
+    if "metadata" not in job.__dict__:
+        # A caller that left the column unread (deferred fields are missing from the instance's
+        # __dict__; get_deferred_fields() walks every field, 11 us): reading it would cost a
         # query per job anyway, so the step's unique index answers instead.
         return True
     metadata = job.metadata

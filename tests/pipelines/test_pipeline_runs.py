@@ -193,3 +193,17 @@ def test_a_step_the_reconciler_dead_letters_fails_the_pipeline(alice_client, set
     assert body["status"] == "failed"
     assert statuses(body) == ["failed", "cancelled", "cancelled"]
     assert body["steps"][0]["error"]["code"] == "worker_lost"
+
+
+@pytest.mark.django_db  # no worker, no commit needed: the test's transaction is enough
+def test_a_step_job_read_without_its_metadata_still_moves_its_pipeline(alice_client):
+    from jobs.services import job_cancel
+    from pipelines.services import _in_a_pipeline
+
+    pipeline = create_pipeline(alice_client, three_steps())
+    job = LlmJob.objects.defer(*LlmJob.REQUEST_FIELDS).get(pipeline_step__pipeline=pipeline)
+    # The step's unique index answers; the marker is not read (that would load the column).
+    assert _in_a_pipeline(job) and "metadata" not in job.__dict__
+    job_cancel(job=job)
+    pipeline.refresh_from_db()
+    assert pipeline.status == "cancelled"
