@@ -111,16 +111,24 @@ def validate_batch_request(data: Any) -> BatchRequest:
 
 def _check_callback_url(url: Any) -> None:
     # The messages never repeat the URL: it may carry a token in its path or query.
-    if not isinstance(url, str) or len(url) > MAX_CALLBACK_URL_LENGTH or url != url.strip():
+    if (
+        not isinstance(url, str)
+        or len(url) > MAX_CALLBACK_URL_LENGTH
+        or not url.isprintable()
+        or any(character.isspace() for character in url)
+    ):
         raise _fail(
             "invalid_callback_url",
             f"callback_url must be an http(s) URL of at most {MAX_CALLBACK_URL_LENGTH} characters.",
             "callback_url",
         )
-    problem = target_problem(kind=WEBHOOK, target=url)
-    if not problem and not settings.CALLBACK_ALLOW_PRIVATE_HOSTS:
-        # The names are looked up when the callback goes out (alerts/delivery.py).
-        problem = callback_address_problem(url, resolve=False)
+    try:
+        problem = target_problem(kind=WEBHOOK, target=url)
+        if not problem and not settings.CALLBACK_ALLOW_PRIVATE_HOSTS:
+            # The names are looked up when the callback goes out (alerts/delivery.py).
+            problem = callback_address_problem(url, resolve=False)
+    except ValueError:  # urlparse: a malformed IPv6 host
+        problem = "Enter an http(s) URL with a host."
     if problem:
         raise _fail("invalid_callback_url", f"callback_url: {problem}", "callback_url")
 

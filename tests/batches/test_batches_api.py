@@ -117,6 +117,8 @@ BATCH_MISTAKES = [
     ({"callback_url": "ftp://example.com/hook?token=s3cret"}, "invalid_callback_url", None),
     ({"callback_url": "http://10.1.2.3/hook?token=s3cret"}, "invalid_callback_url", None),
     ({"callback_url": "http://localhost:9/hook?token=s3cret"}, "invalid_callback_url", None),
+    ({"callback_url": "http://[::1/hook?token=s3cret"}, "invalid_callback_url", None),
+    ({"callback_url": "http://exa mple.com/?token=s3cret"}, "invalid_callback_url", None),
 ]
 
 
