@@ -53,25 +53,31 @@ class FakeProvider:
 
 
 @pytest.fixture(scope="session")
-def fake_provider_process() -> Iterator[FakeProvider]:
+def fake_provider_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeProvider]:
     port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "fake_anthropic", "--port", str(port), "--seed", "7"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    # Its output goes to a file: a pipe nobody reads would block the provider once it filled.
+    log = tmp_path_factory.mktemp("fake_provider") / "fake_provider.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "fake_anthropic", "--port", str(port), "--seed", "7"],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/_fake/health", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"fake provider did not start: {proc.stderr.read()!r}")  # type: ignore[union-attr]
-        time.sleep(0.1)
+    deadline = time.monotonic() + 60
+    with httpx.Client(timeout=1) as probe:
+        while True:
+            try:
+                if probe.get(f"{url}/_fake/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                proc.wait(timeout=10)
+                raise RuntimeError(f"fake provider did not start: {log.read_text()[-3000:]!r}")
+            time.sleep(0.1)
     yield FakeProvider(url)
     proc.terminate()
     proc.wait(timeout=10)
