@@ -77,7 +77,8 @@ def _post_json(*, url: str, payload: dict[str, Any], user_agent: str = "llmops-a
     if response.is_success:
         return
     status = response.status_code
-    snippet = scrub(response.text[:200].strip(), target=url)
+    # Scrubbed before it is cut: a cut through a secret would leave its first half unscrubbed.
+    snippet = scrub(response.text[:10_000], target=url)[:200].strip()
     retryable = status >= 500 or status in _RETRYABLE_4XX
     raise DeliveryError(f"HTTP {status}: {snippet}".rstrip(": "), retryable=retryable)
 

@@ -11,7 +11,7 @@ with the same rule as the admin before any app is loaded.
 import ipaddress
 import re
 import socket
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, unquote, urlparse
 
 __all__ = [
     "CALLBACK",
@@ -109,12 +109,27 @@ def callback_address_problem(url: str, *, resolve: bool) -> str:
     return ""
 
 
+SECRET_PIECE_LENGTH = 8
+"""A URL's path segments and query values this long or longer are scrubbed on their own too: a
+destination may quote its token alone ("unknown token T0K3N..."), not only the whole path or
+query; shorter pieces ("v2", "hooks") are words, not secrets."""
+
+
 def scrub(text: str, *, target: str) -> str:
-    """Remove a target (and, for a URL, its path and query) from a message before storing it."""
+    """Remove a target from a message before storing or logging it: for a URL, also its path,
+    its query, its user:password, and each long enough path segment, query value, user or
+    password on its own, as written and percent-decoded."""
     secrets = {target}
     parsed = urlparse(target)
     if parsed.scheme in ("http", "https"):
         secrets.update(p for p in (parsed.path, parsed.query) if len(p) > 1)
+        userinfo = parsed.netloc.rpartition("@")[0]
+        secrets.add(userinfo)
+        items = parsed.query.split("&")
+        pieces = [*parsed.path.split("/"), *items, *(i.partition("=")[2] for i in items)]
+        pieces += [*userinfo.split(":"), *(value for _, value in parse_qsl(parsed.query))]
+        for piece in pieces:
+            secrets.update(p for p in (piece, unquote(piece)) if len(p) >= SECRET_PIECE_LENGTH)
     for secret in sorted(secrets, key=len, reverse=True):
         if secret:
             text = text.replace(secret, "[redacted]")

@@ -8,7 +8,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
 from alerts.models import AlertRoute
-from alerts.targets import KINDS, target_problem
+from alerts.targets import KINDS, scrub, target_problem
 from llmops.settings import alert_routes_from_env
 from tests.alerts.conftest import ROUTING_KEY
 
@@ -97,3 +97,20 @@ def test_the_module_loads_without_django_so_settings_can_import_it():
         "sys.exit(any(m == 'django' or m.startswith('django.') for m in sys.modules))"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_scrub_removes_each_piece_of_a_url_that_a_destination_may_quote_alone():
+    url = "https://hooks.example.com/services/T000/B000/XXslacksecretXX?token=q%2Fsecret-value&v=2"
+    reply = (
+        "no such hook XXslacksecretXX; bad token q/secret-value (q%2Fsecret-value); "
+        f"for {url}; see https://hooks.example.com/docs/v2"
+    )
+    scrubbed = scrub(reply, target=url)
+    for secret in ("XXslacksecretXX", "q/secret-value", "q%2Fsecret-value", "/services/"):
+        assert secret not in scrubbed
+    # The host and short words are not secrets: the message still says where and what.
+    assert "hooks.example.com/docs/v2" in scrubbed
+    credentials = "https://admin:hunter2pw@x.example/"
+    assert scrub("as admin:hunter2pw, not hunter2pw", target=credentials) == (
+        "as [redacted], not [redacted]"
+    )
