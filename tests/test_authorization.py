@@ -10,7 +10,8 @@ plus the row's ``perm``: the permission the door asks for). Outcomes:
   invisible: a list leaves them out, a detail answers 404);
 - admin actions: ``done`` / ``refused``, read from the database (did the action happen?);
 - the WebSocket: ``open+`` / ``open-`` (accepted, and the owner's job event arrives / does not),
-  or the close code it is refused with (4401, 4403, 4404).
+  or the close code it is refused with (4401, 4403, 4404); those rows run in
+  tests/test_authorization_ws.py, through the real Channels stack.
 
 API doors are called with the actor's API token, every other door with a session. A change or
 delete *form* posted to the admin passes the same permission check as its page (Django's
@@ -25,13 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.db import transaction
 
-from jobs.events import publish_job_event
 from jobs.routing import websocket_urlpatterns
-from llmops.asgi import application
 from tests.authorization_effects import ACTION_EFFECTS, post_action
 from tests.authorization_world import (
     ACTORS,
@@ -315,7 +312,7 @@ ACTION_PAGES = {"alerts.FailureRecord requeue_matching"}
 its own admin page (which has its row too)."""
 
 
-def _rows(*kinds: str) -> list[Any]:
+def rows_of(*kinds: str) -> list[Any]:
     return [pytest.param(door, id=str(door)) for door in TABLE if door.kind in kinds]
 
 
@@ -323,13 +320,13 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(text.split()) if text else ()
 
 
-def _grant(world: World, door: Door) -> World:
+def grant(world: World, door: Door) -> World:
     perm = _names(door.perm) if door.perm != "METRICS_TOKEN" else ()
     world.grant(has=_names(door.has), perm=perm)
     return world
 
 
-@pytest.fixture(scope="class")
+@pytest.fixture(scope="module")
 def shared_world(django_db_setup: None, django_db_blocker: Any) -> Iterator[World]:
     """One world for every HTTP row and action, made once in a transaction that is rolled back
     at the end; each test runs in a savepoint inside it (pytest-django's ``db``), so what a row
@@ -357,81 +354,44 @@ POST_BODIES = {
 """What a row's POST sends (a valid submit, so that 202 means "let in and accepted")."""
 
 
-# --- HTTP doors and admin actions: one world for the class (see shared_world) ----------------
+# --- HTTP doors and admin actions: one world for the module (see shared_world) ---------------
 
 
-class TestDoorsOverHttp:
-    @pytest.mark.parametrize("door", _rows(*HTTP_KINDS))
-    def test_http_door(self, door: Door, world: World, settings: Any) -> None:
-        settings.METRICS_TOKEN = METRICS_TOKEN
-        settings.METRICS_ALLOWED_NETWORKS = []
-        _grant(world, door)
-        method, template = door.what.split(" ", 1)
-        path = world.path(template)
-        api = door.kind == "api"
-        seen = {}
-        for actor, expected in zip(ACTORS, door.expected, strict=True):
-            bearer = (
-                METRICS_TOKEN if door.perm == "METRICS_TOKEN" and actor == "staff_perm" else None
-            )
-            client = client_for(world, actor, api=api, bearer=bearer)
-            with transaction.atomic():  # what one actor changes (a cancel) is undone for the next
-                if method == "GET":
-                    response = client.get(path)
-                elif api:
-                    body = POST_BODIES.get(path, {})
-                    response = client.post(path, body, content_type="application/json")
-                else:
-                    response = client.post(path, {})
-                seen[actor] = observe(response, expected)
-                transaction.set_rollback(True)
-        assert tuple(seen.values()) == door.expected, seen
-
-    @pytest.mark.parametrize("door", _rows("action"))
-    def test_admin_action(self, door: Door, world: World) -> None:
-        label, action = door.what.split(" ")
-        _grant(world, door)
-        make_target, happened = ACTION_EFFECTS[(label, action)]
-        seen = {}
-        for actor in ACTORS:
-            target = make_target(world)  # a fresh one each: the actor before may have done it
-            post_action(client_for(world, actor, api=False), world, label, action, target)
-            seen[actor] = "done" if happened(world, target) else "refused"
-        assert tuple(seen.values()) == door.expected, seen
+@pytest.mark.parametrize("door", rows_of(*HTTP_KINDS))
+def test_http_door(door: Door, world: World, settings: Any) -> None:
+    settings.METRICS_TOKEN = METRICS_TOKEN
+    settings.METRICS_ALLOWED_NETWORKS = []
+    grant(world, door)
+    method, template = door.what.split(" ", 1)
+    path = world.path(template)
+    api = door.kind == "api"
+    seen = {}
+    for actor, expected in zip(ACTORS, door.expected, strict=True):
+        bearer = METRICS_TOKEN if door.perm == "METRICS_TOKEN" and actor == "staff_perm" else None
+        client = client_for(world, actor, api=api, bearer=bearer)
+        with transaction.atomic():  # what one actor changes (a cancel) is undone for the next
+            if method == "GET":
+                response = client.get(path)
+            elif api:
+                body = POST_BODIES.get(path, {})
+                response = client.post(path, body, content_type="application/json")
+            else:
+                response = client.post(path, {})
+            seen[actor] = observe(response, expected)
+            transaction.set_rollback(True)
+    assert tuple(seen.values()) == door.expected, seen
 
 
-# --- the WebSocket ------------------------------------------------------------------------------
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.usefixtures("prices")
-@pytest.mark.parametrize("door", _rows("ws"))
-def test_websocket_door(door: Door) -> None:
-    world = _grant(build_world(), door)  # committed: the consumer reads on its own connection
-    job = world.objects["failed"]
-    path = world.path(door.what)
-
-    async def connect(actor: str) -> object:
-        kwargs: dict[str, Any] = {}
-        if actor in world.tokens:
-            kwargs["subprotocols"] = ["token", world.tokens[actor]]
-        else:  # a page of ours in a browser, with no session
-            kwargs["headers"] = [(b"origin", b"http://localhost")]
-        comm = WebsocketCommunicator(application, path, **kwargs)
-        connected, code = await comm.connect()
-        if not connected:
-            return code
-        await sync_to_async(publish_job_event)(job)
-        heard = not await comm.receive_nothing(timeout=1)
-        if heard:
-            assert (await comm.receive_json_from())["job"]["id"] == str(job.id)
-        await comm.disconnect()
-        return "open+" if heard else "open-"
-
-    async def every_actor() -> dict[str, object]:
-        return {actor: await connect(actor) for actor in ACTORS}
-
-    seen = async_to_sync(every_actor)()
+@pytest.mark.parametrize("door", rows_of("action"))
+def test_admin_action(door: Door, world: World) -> None:
+    label, action = door.what.split(" ")
+    grant(world, door)
+    make_target, happened = ACTION_EFFECTS[(label, action)]
+    seen = {}
+    for actor in ACTORS:
+        target = make_target(world)  # a fresh one each: the actor before may have done it
+        post_action(client_for(world, actor, api=False), world, label, action, target)
+        seen[actor] = "done" if happened(world, target) else "refused"
     assert tuple(seen.values()) == door.expected, seen
 
 
