@@ -60,6 +60,10 @@ _ENDED = {
 def _in_a_batch(job: LlmJob) -> bool:
     """The marker the batch put in its jobs' metadata, tested without a query. Only a hint (a
     caller could send the key on a plain job): the job's ``BatchItem`` rows decide."""
+    if "metadata" not in job.__dict__:
+        # Left unread by the caller (a deferred field is missing from the instance's __dict__):
+        # reading it would cost a query anyway, so the BatchItem index answers instead.
+        return True
     metadata = job.metadata
     return isinstance(metadata, dict) and MARKER_KEY in metadata
 

@@ -18,6 +18,7 @@ from alerts.services import failure_requeue
 from batches.models import Batch
 from batches.services import batch_cancels_resume
 from jobs.models import LlmJob
+from jobs.services import job_cancel
 from llmops.asgi import application
 from llmops.queues import DEFAULT_QUEUE
 from tests.batches.helpers import item, receiver, submit_batch
@@ -157,3 +158,12 @@ def test_a_stopped_batch_whose_cancel_redis_lost_is_resumed_by_the_monitor(alice
     batch.refresh_from_db()
     assert (batch.status, batch.cancelled, batch.pending) == ("cancelled", 5, 0)
     assert set(LlmJob.objects.values_list("status", flat=True)) == {"cancelled"}
+
+
+def test_a_job_read_without_its_metadata_still_moves_its_batch(alice_client):
+    batch = submit_batch(alice_client, [item("a"), item("b")])
+    for job in LlmJob.objects.filter(batch_items__batch=batch).defer("metadata"):
+        job_cancel(job=job)
+    batch.refresh_from_db()
+    assert (batch.cancelled, batch.pending, batch.status) == (2, 0, "completed")
+    assert batch.finished_at is not None
