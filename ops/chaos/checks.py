@@ -121,7 +121,12 @@ def _jobs_final(record: DrillRecord) -> Check:
 def _money(record: DrillRecord, view: LedgerView) -> list[Check]:
     drill = set(record.job_ids)
     calls = [call for call in record.billing if call.job_id in drill]
-    foreign = [call for call in record.billing if call.job_id not in drill]
+    earlier = [call for call in record.billing if call.job_id in record.earlier_jobs]
+    foreign = [
+        call
+        for call in record.billing
+        if call.job_id not in drill and call.job_id not in record.earlier_jobs
+    ]
     by_request = {call.request_id: call for call in calls}
     missing = [rid for rid in view.exact if rid not in by_request]
     differ = [
@@ -155,7 +160,8 @@ def _money(record: DrillRecord, view: LedgerView) -> list[Check]:
         f"{_usd(estimates)}; {sum(1 for c in calls if c.request_id not in view.exact)} billed "
         f"calls without a recorded answer ({_usd(sum(unmatched.values(), Decimal(0)))}), "
         f"{len(uncovered)} jobs not covered by their estimates"
-        + (f"; {len(foreign)} calls for jobs not in the drill" if foreign else ""),
+        + (f"; {len(foreign)} calls for jobs not in the drill" if foreign else "")
+        + (f" ({len(earlier)} calls for jobs unfinished before it left out)" if earlier else ""),
     )
     return [exact, covered]
 

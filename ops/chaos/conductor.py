@@ -18,6 +18,7 @@ from django.contrib.auth.models import User
 from ops.chaos import events
 from ops.chaos.plan import (
     LONG_CALL_SECONDS,
+    LONG_CALL_WINDOW_SECONDS,
     STALE_AFTER_SECONDS,
     DrillOptions,
     Phase,
@@ -36,6 +37,8 @@ KILL_WAIT_SECONDS = 20.0
 KILL_IN_FLIGHT = 2
 """Jobs the killed worker should be running: a kill with nothing in flight proves nothing, and
 one call may end in the instant between the look and the kill."""
+KILL_LATENCY_MS = "2000-3000"
+"""The provider's latency while the kill waits: calls stay in flight long enough to be caught."""
 
 
 def _alive(pid: int) -> bool:
@@ -83,12 +86,17 @@ class Conductor:
             if phase is not None and phase.active(t):
                 faults[kind] = rate
         latency = self.options.latency_ms
+        if self.kill_waiting_since is not None and self.record.kill is None:
+            latency = KILL_LATENCY_MS
         long_call = self.phases.get("long")
         if long_call is not None and long_call.active(t):
             latency = f"{LONG_CALL_SECONDS * 1000:.0f}"
             if self.record.long_call is None:
                 self.record.long_call = LongCallEvent(t, LONG_CALL_SECONDS, STALE_AFTER_SECONDS)
-                self.say(f"{t:6.1f}s  long calls: {LONG_CALL_SECONDS:g} s each for 1 s of arrivals")
+                self.say(
+                    f"{t:6.1f}s  long calls: {LONG_CALL_SECONDS:g} s each for "
+                    f"{LONG_CALL_WINDOW_SECONDS:g} s of arrivals"
+                )
         return faults, latency
 
     def tick(self, t: float) -> None:
@@ -211,6 +219,8 @@ class Conductor:
         phase = self.phases.get("flush")
         if phase is None or t < phase.start or self.record.flush is not None:
             return
+        if "kill" in self.phases and self.record.kill is None:
+            return  # the flush comes while the killed worker's scheduler is gone
         name, pid = events.scheduler_holder_pid()
         if not name:
             holder, running = "no scheduler held the llm queue's lock", False

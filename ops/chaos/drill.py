@@ -25,6 +25,7 @@ from django.contrib.auth.models import User
 from django.db.models import Count
 from django.utils import timezone
 
+from alerts.dispatch import LOST_DELIVERY_GRACE_SECONDS, UNALERTED_FAILURE_GRACE_SECONDS
 from alerts.models import AlertDelivery, AlertFingerprint, FailureRecord
 from jobs.models import LlmJob
 from jobs.services import job_submit
@@ -45,9 +46,9 @@ T = TypeVar("T")
 FEATURES = ("chaos-classify", "chaos-summarize", "chaos-extract")
 MODELS = ("claude-haiku-4-5", "claude-sonnet-4-6")
 PROGRESS_SECONDS = 15.0
-SETTLE_SECONDS = 180.0
-"""Alerts get this long after the drain: a failure alert lost in the flush is put back by the
-monitor after two minutes (alerts/dispatch.py, UNALERTED_FAILURE_GRACE_SECONDS)."""
+SETTLE_SECONDS = max(LOST_DELIVERY_GRACE_SECONDS, UNALERTED_FAILURE_GRACE_SECONDS) + 60.0
+"""Alerts get this long after the drain, at most: an alert job or delivery the flush lost is put
+back by the monitor after two or five minutes (alerts/dispatch.py)."""
 
 
 @contextmanager
@@ -110,6 +111,12 @@ class Drill:
         )
         record.notes += [f"overridden by --yes-really: {sign}" for sign in signs]
         record.open_incidents = events.open_failure_incidents()
+        record.earlier_jobs = events.unfinished_jobs()
+        if record.earlier_jobs:
+            record.notes.append(
+                f"{len(record.earlier_jobs)} jobs were not final before the drill; its workers "
+                "run them too (their calls are left out of the checks)"
+            )
         log_dir = self.options.log_dir or Path(tempfile.mkdtemp(prefix="llm_chaos-"))
         log_dir.mkdir(parents=True, exist_ok=True)
         record.log_dir = str(log_dir)

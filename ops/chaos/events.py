@@ -30,6 +30,7 @@ __all__ = [
     "open_failure_incidents",
     "redis_flush",
     "scheduler_holder_pid",
+    "unfinished_jobs",
     "waiting_jobs",
 ]
 
@@ -65,6 +66,15 @@ def in_flight_jobs(*, worker_pid: int) -> list[str]:
 def llm_worker_pids() -> list[int]:
     queue = django_rq.get_queue(LLM_QUEUE)
     return [w.pid for w in Worker.all(connection=queue.connection, queue=queue) if w.pid]
+
+
+def unfinished_jobs() -> set[str]:
+    return {
+        str(job_id)
+        for job_id in LlmJob.objects.exclude(status__in=LlmJob.FINAL_STATUSES).values_list(
+            "id", flat=True
+        )[:100_000]
+    }
 
 
 def redis_flush() -> int:

@@ -8,15 +8,13 @@ Alerts, as the receiver got them over HTTP:
   nobody: no job dead-lettered for a transient reason, no ERROR or CRITICAL alert other than
   the CRITICAL conditions, and every WARNING condition that fired resolved again.
 
-Faults: each one in the mix really happened, and the system came back from it (the breaker
-opened once and the drill closed it; the killed worker was restarted and its jobs recovered;
-the flush found no rq scheduler running and every job it emptied Redis of ended; the long calls
+Faults: each one in the mix really happened, and the system came back from it (the killed
+worker was restarted and its jobs recovered; the flush found no rq scheduler running and every
+job it emptied Redis of ended; the breaker opened once and the drill closed it; the long calls
 ran once each).
 """
 
 from collections import Counter
-
-from django.db.models import Q
 
 from alerts.models import FailureRecord, Severity
 from alerts.notifications import failure_record_fingerprint
@@ -202,19 +200,21 @@ def _long_calls(record: DrillRecord) -> Check:
     event = record.long_call
     if event is None:
         return Check("long calls ran once", False, "no long call was made")
-    stale_ms = event.stale_after_seconds * 1000
+    # A long call taken over would show as its attempt booked worker_lost, and its answer as a
+    # late correction: look at every row of those attempts, not only at the attempt rows.
     long_rows = CostEntry.objects.filter(
-        job_id__in=record.job_ids, entry_type="attempt", latency_ms__gt=stale_ms
+        job_id__in=record.job_ids, latency_ms__gt=event.stale_after_seconds * 1000
     )
-    jobs = {str(job) for job in long_rows.values_list("job_id", flat=True)}
-    answered = long_rows.filter(outcome=CostEntry.Outcome.SUCCESS).count()
-    taken_over = CostEntry.objects.filter(
-        Q(job_id__in=list(jobs)), reason_code="worker_lost"
-    ).count()
+    attempts = set(long_rows.values_list("job_id", "attempt"))
+    answered = long_rows.filter(entry_type="attempt", outcome=CostEntry.Outcome.SUCCESS).count()
+    lost = CostEntry.objects.filter(
+        job_id__in=[job for job, _ in attempts], reason_code="worker_lost"
+    ).values_list("job_id", "attempt")
+    taken_over = len(attempts & set(lost))
     return Check(
         "long calls ran once",
-        bool(jobs) and answered == long_rows.count() and taken_over == 0,
-        f"{long_rows.count()} calls over the stale threshold ({event.stale_after_seconds:g} s), "
+        bool(attempts) and answered == len(attempts) and taken_over == 0,
+        f"{len(attempts)} calls over the stale threshold ({event.stale_after_seconds:g} s), "
         f"{answered} answered on their one attempt, {taken_over} taken over by the reconciler",
     )
 
@@ -231,12 +231,12 @@ def fault_checks(record: DrillRecord) -> list[Check]:
     if record.options.has("drop"):
         dropped = record.provider_stats.get("dropped", 0)
         checks.append(_storm(record, "dropped connections", dropped, "connection_dropped"))
-    if record.options.has("401"):
-        checks.append(_breaker(record))
     if record.options.has("kill"):
         checks.append(_kill(record))
     if record.options.has("flush"):
         checks.append(_flush(record))
+    if record.options.has("401"):
+        checks.append(_breaker(record))
     if record.options.has("long"):
         checks.append(_long_calls(record))
     return checks

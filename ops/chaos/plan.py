@@ -4,9 +4,11 @@ scales in the processes it starts.
 The production checklist's drill (point 7) runs for hours against a test environment: 429s on
 20 % of calls for five minutes, 529s for two minutes, connections cut mid-answer. Here the whole
 drill takes ``duration`` seconds of load (five minutes by default) and every fault gets a slice
-of it, in an order that keeps them apart: rate limits, overload, a few 401s (the breaker), a
-worker killed with -9, Redis flushed while no rq scheduler runs, a call longer than the stale
-threshold. Dropped connections run through most of it.
+of it, in an order that keeps them apart: rate limits, overload, a worker killed with -9, Redis
+flushed while no rq scheduler runs, a few 401s (the breaker), a call longer than the stale
+threshold. Dropped connections run through most of it. The 401s come after the flush: a flush
+right after them would lose their alerts' delivery jobs, which the monitor puts back only after
+five minutes (alerts/dispatch.py), and the drill would wait for that.
 """
 
 from dataclasses import dataclass, field
@@ -28,10 +30,10 @@ FAULT_KINDS: dict[str, str] = {
     "429": "429 rate limits on a share of calls (--rate-429) for a quarter of the drill",
     "529": "529 overloaded on every call for an eighth of the drill",
     "drop": "connections cut mid-answer (--drop-rate) through most of the drill",
-    "401": "401s (a revoked key) until the breaker has been open a few seconds; the drill then "
-    "closes it as the admin action does",
     "kill": "the llm worker running the rq scheduler killed with -9 (respawn restarts it)",
     "flush": "FLUSHDB of the system's Redis database while no rq scheduler runs",
+    "401": "401s (a revoked key) until the breaker has been open a few seconds; the drill then "
+    "closes it as the admin action does",
     "long": "calls that outlive the stale threshold (the heartbeat must keep them)",
 }
 """Every fault kind a drill can include (--faults), in the order they happen."""
@@ -45,7 +47,7 @@ STALE_AFTER_SECONDS = 10.0
 LONG_CALL_SECONDS = STALE_AFTER_SECONDS + 5.0
 """A long call outlives the stale threshold by a few heartbeats, and stays well under the read
 timeout (LLM_PROVIDER_READ_TIMEOUT, 60 s, not scaled)."""
-LONG_CALL_WINDOW_SECONDS = 1.0
+LONG_CALL_WINDOW_SECONDS = 2.0
 """Calls that arrive at the provider within this window take LONG_CALL_SECONDS."""
 
 
@@ -98,10 +100,10 @@ _SLOTS: dict[str, tuple[float, float | None]] = {
     "429": (0.05, 0.30),
     "drop": (0.10, 0.90),
     "529": (0.35, 0.47),
-    "401": (0.52, None),
-    "kill": (0.60, None),
-    "flush": (0.66, None),
-    "long": (0.74, None),
+    "kill": (0.52, None),
+    "flush": (0.58, None),
+    "401": (0.66, None),
+    "long": (0.76, None),
 }
 
 

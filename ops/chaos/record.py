@@ -66,6 +66,9 @@ class DrillRecord:
     user_id: int = 0
     budget_id: int | None = None
     route_ids: list[int] = field(default_factory=list)
+    earlier_jobs: set[str] = field(default_factory=set)
+    """Jobs not final when the drill started (an earlier drill's, left stuck): the drill's
+    workers run them too, and their calls are not the drill's."""
     open_incidents: set[str] = field(default_factory=set)
     """Failure fingerprints already paged and still open (within ALERT_DEDUP_SECONDS) when the
     drill started, e.g. by an earlier drill: their new dead letters fold in, unpaged."""
