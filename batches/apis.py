@@ -221,5 +221,9 @@ class BatchCancelApi(APIView):
         },
     )
     def post(self, request: Request, batch_id: str) -> Response:
-        batch = batch_get_for_user(user=cast(User, request.user), batch_id=_parse_id(batch_id))
+        batch = batch_get_for_user(
+            user=cast(User, request.user),
+            batch_id=_parse_id(batch_id),
+            permission="batches.cancel_batch",
+        )
         return Response(BatchOutputSerializer(batch_cancel(batch=batch)).data)

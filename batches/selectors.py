@@ -42,11 +42,14 @@ def batch_with_cost(*, batch_id: UUID) -> Batch:
     return batches_with_cost().get(id=batch_id)
 
 
-def batch_get_for_user(*, user: User, batch_id: UUID) -> Batch:
-    """The batch with its cost, if the user owns it or is staff; any other batch is
+def batch_get_for_user(
+    *, user: User, batch_id: UUID, permission: str = "batches.view_batch"
+) -> Batch:
+    """The batch with its cost, if the user owns it or is staff holding ``permission`` (seeing
+    another user's batch, or cancelling it with ``batches.cancel_batch``); any other batch is
     indistinguishable from a missing one."""
     batches = batches_with_cost().filter(id=batch_id)
-    if not user.is_staff:
+    if not (user.is_staff and user.has_perm(permission)):
         batches = batches.filter(user=user)
     batch = batches.first()
     if batch is None:

@@ -267,6 +267,8 @@ class PipelineCancelApi(APIView):
     )
     def post(self, request: Request, pipeline_id: str) -> Response:
         pipeline = pipeline_get_for_user(
-            user=cast(User, request.user), pipeline_id=_parse_id(pipeline_id)
+            user=cast(User, request.user),
+            pipeline_id=_parse_id(pipeline_id),
+            permission="pipelines.cancel_pipeline",
         )
         return Response(_output(pipeline_cancel(pipeline=pipeline)))

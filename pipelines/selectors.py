@@ -14,10 +14,14 @@ __all__ = ["pipeline_get_for_user", "pipeline_list_for_user", "pipeline_steps"]
 _COST: DecimalField = DecimalField(max_digits=16, decimal_places=6)
 
 
-def pipeline_get_for_user(*, user: User, pipeline_id: UUID) -> Pipeline:
-    """The user's own pipeline, or any for staff; another user's is indistinguishable from a
-    missing one."""
-    pipelines = Pipeline.objects.all() if user.is_staff else Pipeline.objects.filter(user=user)
+def pipeline_get_for_user(
+    *, user: User, pipeline_id: UUID, permission: str = "pipelines.view_pipeline"
+) -> Pipeline:
+    """The user's own pipeline, or any for staff holding ``permission`` (seeing it, or cancelling
+    it with ``pipelines.cancel_pipeline``); another user's is indistinguishable from a missing
+    one."""
+    others = user.is_staff and user.has_perm(permission)
+    pipelines = Pipeline.objects.all() if others else Pipeline.objects.filter(user=user)
     pipeline = pipelines.filter(id=pipeline_id).first()
     if pipeline is None:
         raise NotFound("No such pipeline.", code="pipeline_not_found")

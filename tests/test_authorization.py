@@ -88,16 +88,16 @@ TABLE: list[Door] = [
     D("api", "GET /api/v1/failures/", "alerts.view_failurerecord", 403, 403, 401, 403, "200+"),
     D("api", "POST /api/v1/failures/{failure}/requeue/", "alerts.requeue_failurerecord", 403, 403, 401, 403, 200),
     D("api", "POST /api/v1/failures/{failure}/resolve/", "alerts.resolve_failurerecord", 403, 403, 401, 403, 200),
-    # --- batches and pipelines (issue 11): the owner's, or any staff member's (docs/api.md) ------
+    # --- batches and pipelines: the owner's, or a staff member's holding the permission --------
     D("api", "GET /api/v1/batches/", "batches.view_batch", "200+", "200-", 401, "200-", "200-"),
     D("api", "POST /api/v1/batches/", "batches.add_batch", 202, 202, 401, 202, 202),
-    D("api", "GET /api/v1/batches/{batch}/", "batches.view_batch", 200, 404, 401, 200, 200),
-    D("api", "GET /api/v1/batches/{batch}/jobs/", "batches.view_batch", "200+", 404, 401, "200+", "200+"),
-    D("api", "POST /api/v1/batches/{batch}/cancel/", "batches.cancel_batch", 200, 404, 401, 200, 200),
+    D("api", "GET /api/v1/batches/{batch}/", "batches.view_batch", 200, 404, 401, 404, 200),
+    D("api", "GET /api/v1/batches/{batch}/jobs/", "batches.view_batch", "200+", 404, 401, 404, "200+"),
+    D("api", "POST /api/v1/batches/{batch}/cancel/", "batches.cancel_batch", 200, 404, 401, 404, 200),
     D("api", "GET /api/v1/pipelines/", "pipelines.view_pipeline", "200+", "200-", 401, "200-", "200-"),
     D("api", "POST /api/v1/pipelines/", "pipelines.add_pipeline", 202, 202, 401, 202, 202),
-    D("api", "GET /api/v1/pipelines/{pipeline}/", "pipelines.view_pipeline", "200+", 404, 401, "200+", "200+"),
-    D("api", "POST /api/v1/pipelines/{pipeline}/cancel/", "pipelines.cancel_pipeline", 200, 404, 401, 200, 200),
+    D("api", "GET /api/v1/pipelines/{pipeline}/", "pipelines.view_pipeline", "200+", 404, 401, 404, "200+"),
+    D("api", "POST /api/v1/pipelines/{pipeline}/cancel/", "pipelines.cancel_pipeline", 200, 404, 401, 404, 200),
     # --- public: the schema, health checks, sign-in ------------------------------------------
     D("page", "GET /api/schema/", "", 200, 200, 200, 200, 200),
     D("page", "GET /api/docs/", "", 200, 200, 200, 200, 200),

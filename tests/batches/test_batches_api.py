@@ -198,9 +198,13 @@ def test_only_the_owner_and_staff_see_a_batch(alice_client, bob_client, client):
     assert_error(bob_client.post(f"/api/v1/batches/{batch.id}/cancel/"), 404, "batch_not_found")
     assert_error(bob_client.get("/api/v1/batches/not-a-uuid/"), 404, "batch_not_found")
     assert bob_client.get("/api/v1/batches/").json()["count"] == 0
-    staff = make_user("sam", is_staff=True)
-    client.force_login(staff)
+    # Staff status alone opens nothing of another user's: the model permissions do.
+    client.force_login(make_user("sid", is_staff=True))
+    assert_error(client.get(f"/api/v1/batches/{batch.id}/"), 404, "batch_not_found")
+    client.force_login(make_user("sam", "view_batch", is_staff=True))
     assert client.get(f"/api/v1/batches/{batch.id}/").status_code == 200
+    assert client.get(f"/api/v1/batches/{batch.id}/jobs/").status_code == 200
+    assert_error(client.post(f"/api/v1/batches/{batch.id}/cancel/"), 404, "batch_not_found")
     assert Batch.objects.get(id=batch.id).status == "running"
 
 

@@ -152,8 +152,12 @@ def test_only_the_owner_and_staff_see_a_pipeline(alice_client, bob_client):
     cancel = bob_client.post(f"/api/v1/pipelines/{pipeline.id}/cancel/")
     assert cancel.status_code == 404
     assert alice_client.get("/api/v1/pipelines/not-a-uuid/").status_code == 404
-    staff = _client_for(make_user("sam", is_staff=True))
+    # Staff status alone opens nothing of another user's: the model permissions do.
+    plain_staff = _client_for(make_user("sid", is_staff=True))
+    assert plain_staff.get(f"/api/v1/pipelines/{pipeline.id}/").status_code == 404
+    staff = _client_for(make_user("sam", "view_pipeline", is_staff=True))
     assert staff.get(f"/api/v1/pipelines/{pipeline.id}/").status_code == 200
+    assert staff.post(f"/api/v1/pipelines/{pipeline.id}/cancel/").status_code == 404
     anonymous = APIClient().get(f"/api/v1/pipelines/{pipeline.id}/")
     assert anonymous.status_code == 401
     pipeline.refresh_from_db()
