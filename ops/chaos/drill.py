@@ -131,6 +131,7 @@ class Drill:
             cleanup.callback(receiver.stop)
             record.route_ids = routes_install(url=receiver.url)
             cleanup.callback(routes_remove, route_ids=record.route_ids)
+            cleanup.callback(self._close_breaker_left_open, record)
             stack = Stack(self._environment(), log_dir)
             cleanup.callback(stack.stop)
             provider = self._start(stack)
@@ -154,6 +155,14 @@ class Drill:
             record.received = receiver.snapshot()
             return evaluate(record)
         raise AssertionError("unreachable")  # pragma: no cover - ExitStack does not swallow
+
+    def _close_breaker_left_open(self, record: DrillRecord) -> None:
+        """An interrupted drill does not leave the breaker it opened open."""
+        event = record.breaker
+        if event is not None and event.opened_at is not None and event.closed_at is None:
+            assert self.user is not None
+            if events.breaker_close_as_staff(user=self.user):
+                self.say("closed the breaker the drill had opened")
 
     # --- start ---------------------------------------------------------------------------------
 

@@ -95,6 +95,12 @@ class Command(BaseCommand):
             )
         except Refused as refusal:
             raise CommandError(f"refusing to run: {refusal}", returncode=2) from None
+        except KeyboardInterrupt:
+            raise CommandError(
+                "interrupted: every process the drill started is stopped, its alert routes and "
+                "budget removed",
+                returncode=130,
+            ) from None
         report.seconds = time.monotonic() - started
         say("")
         for line in report.lines():
