@@ -202,7 +202,7 @@ def validate_job_request(data: Any) -> JobRequest:
     if (
         not isinstance(feature, str)
         or len(feature) > MAX_FEATURE_LENGTH
-        or not FEATURE_RE.match(feature)
+        or not FEATURE_RE.fullmatch(feature)
     ):
         raise _fail(
             "invalid_feature",

@@ -84,7 +84,7 @@ def report_time_parse(*, value: str, field_name: str, now: datetime, end_of_day:
         # An unencoded "+01:00" in a query string arrives as " 01:00".
         value = value.replace(" ", "+")
     try:
-        if match := _RELATIVE.match(value):
+        if match := _RELATIVE.fullmatch(value):
             amount, unit = int(match[1]), _RELATIVE_UNITS[match[2]]
             return now - timedelta(**{unit: amount})
         if (day := parse_date(value)) is not None:

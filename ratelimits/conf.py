@@ -67,7 +67,7 @@ def feature_weights_from_env(name: str) -> dict[str, float]:
         raise ImproperlyConfigured(f"{name} must be a JSON object: {{feature: weight}}")
     weights: dict[str, float] = {}
     for feature, weight in value.items():
-        if not isinstance(feature, str) or not _SLUG.match(feature):
+        if not isinstance(feature, str) or not _SLUG.fullmatch(feature):
             raise ImproperlyConfigured(f"{name}: {feature!r} is not a feature slug")
         if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
             raise ImproperlyConfigured(f"{name}[{feature!r}] must be a number >= 0")
@@ -79,7 +79,7 @@ def priority_features_from_env(name: str) -> frozenset[str]:
     """A comma-separated list of feature slugs."""
     features = {f.strip() for f in os.environ.get(name, "").split(",") if f.strip()}
     for feature in features:
-        if not _SLUG.match(feature):
+        if not _SLUG.fullmatch(feature):
             raise ImproperlyConfigured(f"{name}: {feature!r} is not a feature slug")
     return frozenset(features)
 

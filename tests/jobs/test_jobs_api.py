@@ -102,6 +102,7 @@ def test_another_users_job_is_not_found(alice_client, bob_client):
         ({"feature": "Email Classify!"}, "invalid_feature"),
         ({"feature": ""}, "invalid_feature"),
         ({"feature": "x" * 65}, "invalid_feature"),
+        ({"feature": "email-classify\n"}, "invalid_feature"),
         ({"messages": []}, "invalid_messages"),
         ({"messages": "hello"}, "invalid_messages"),
         ({"messages": [{"role": "robot", "content": "hi"}]}, "invalid_messages"),
