@@ -13,7 +13,6 @@ from drf_spectacular.utils import (
     extend_schema_field,
 )
 from rest_framework import serializers, status
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -31,8 +30,8 @@ from batches.serializers import BatchOutputSerializer, BatchRowSerializer
 from batches.services import batch_cancel, batch_submit
 from jobs.apis import JobOutputSerializer
 from jobs.models import LlmJob
-from llmops.errors import NotFound
-from llmops.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors
+from llmops.api_helpers import Pagination, uuid_or_not_found
+from llmops.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors, location_header
 from llmops.throttles import SubmitThrottle
 
 BATCH_ID = OpenApiParameter(
@@ -57,15 +56,7 @@ _SUBMIT_400 = [
 
 
 def _parse_id(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError as exc:
-        raise NotFound("No such batch.", code="batch_not_found") from exc
-
-
-class _Pagination(PageNumberPagination):
-    page_size_query_param = "page_size"
-    max_page_size = 200
+    return uuid_or_not_found(value, message="No such batch.", code="batch_not_found")
 
 
 class BatchJobSerializer(JobOutputSerializer):
@@ -86,7 +77,7 @@ class BatchJobSerializer(JobOutputSerializer):
 class BatchListCreateApi(APIView):
     parser_classes = [BatchJSONParser]
     throttle_classes = [SubmitThrottle]  # POST only (one batch counts as one submit)
-    pagination_class = _Pagination
+    pagination_class = Pagination
 
     @extend_schema(
         operation_id="batches_submit",
@@ -95,13 +86,7 @@ class BatchListCreateApi(APIView):
         examples=[SUBMIT_EXAMPLE],
         parameters=[
             IDEMPOTENCY_KEY,
-            OpenApiParameter(
-                "Location",
-                OpenApiTypes.URI,
-                OpenApiParameter.HEADER,
-                response=[202],
-                description="The batch's status URL.",
-            ),
+            location_header("The batch's status URL."),
             *error_headers(),
         ],
         responses={
@@ -175,7 +160,7 @@ class BatchDetailApi(APIView):
 
 
 class BatchJobsApi(APIView):
-    pagination_class = _Pagination
+    pagination_class = Pagination
 
     @extend_schema(
         operation_id="batches_jobs",

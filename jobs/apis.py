@@ -13,7 +13,6 @@ from drf_spectacular.utils import (
     extend_schema_field,
 )
 from rest_framework import serializers, status
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -29,8 +28,8 @@ from jobs.api_schema import (
 from jobs.models import LlmJob
 from jobs.selectors import job_get_for_user, job_list_for_user
 from jobs.services import job_cancel, job_submit
-from llmops.errors import NotFound
-from llmops.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors
+from llmops.api_helpers import Pagination, uuid_or_not_found
+from llmops.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors, location_header
 from llmops.throttles import SubmitThrottle
 
 JOB_ID = OpenApiParameter(
@@ -42,10 +41,7 @@ JOB_ID = OpenApiParameter(
 
 
 def _parse_id(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError as exc:
-        raise NotFound("No such job.", code="job_not_found") from exc
+    return uuid_or_not_found(value, message="No such job.", code="job_not_found")
 
 
 class JobOutputSerializer(serializers.ModelSerializer):
@@ -107,10 +103,6 @@ class JobOutputSerializer(serializers.ModelSerializer):
 class JobListCreateApi(APIView):
     throttle_classes = [SubmitThrottle]  # POST only: the list is never throttled
 
-    class Pagination(PageNumberPagination):
-        page_size_query_param = "page_size"
-        max_page_size = 200
-
     pagination_class = Pagination
 
     @extend_schema(
@@ -120,13 +112,7 @@ class JobListCreateApi(APIView):
         examples=[SUBMIT_EXAMPLE],
         parameters=[
             IDEMPOTENCY_KEY,
-            OpenApiParameter(
-                "Location",
-                OpenApiTypes.URI,
-                OpenApiParameter.HEADER,
-                response=[202],
-                description="The job's status URL.",
-            ),
+            location_header("The job's status URL."),
             *error_headers(),
         ],
         responses={

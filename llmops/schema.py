@@ -126,3 +126,14 @@ IDEMPOTENCY_KEY = OpenApiParameter(
         "returns the first job (202); with another body, 409 `idempotency_conflict`."
     ),
 )
+
+
+def location_header(description: str) -> OpenApiParameter:
+    """The ``Location`` header of a ``202`` submit: where to poll what was accepted."""
+    return OpenApiParameter(
+        "Location",
+        OpenApiTypes.URI,
+        OpenApiParameter.HEADER,
+        response=[202],
+        description=description,
+    )

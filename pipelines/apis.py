@@ -14,15 +14,14 @@ from drf_spectacular.utils import (
     extend_schema_field,
 )
 from rest_framework import serializers, status
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs.api_schema import JobErrorSerializer, JobOutputTextSerializer
 from jobs.models import LlmJob
-from llmops.errors import NotFound
-from llmops.schema import PAGE_NOT_FOUND, error_headers, errors
+from llmops.api_helpers import Pagination, uuid_or_not_found
+from llmops.schema import PAGE_NOT_FOUND, error_headers, errors, location_header
 from llmops.throttles import SubmitThrottle
 from pipelines.api_schema import (
     SUBMIT_EXAMPLE,
@@ -53,10 +52,7 @@ _SUBMIT_400 = [
 
 
 def _parse_id(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError as exc:
-        raise NotFound("No such pipeline.", code="pipeline_not_found") from exc
+    return uuid_or_not_found(value, message="No such pipeline.", code="pipeline_not_found")
 
 
 class PipelineStepErrorSerializer(JobErrorSerializer):
@@ -170,16 +166,11 @@ def _output(pipeline: Pipeline) -> dict:
     return dict(PipelineOutputSerializer(pipeline, context={"steps": steps}).data)
 
 
-class _Pagination(PageNumberPagination):
-    page_size_query_param = "page_size"
-    max_page_size = 200
-
-
 class PipelineListCreateApi(APIView):
     # A pipeline is a submit: it shares the per-user submit rate with jobs and batches (POST
     # only; the list is never throttled).
     throttle_classes = [SubmitThrottle]
-    pagination_class = _Pagination
+    pagination_class = Pagination
 
     @extend_schema(
         operation_id="pipelines_submit",
@@ -187,13 +178,7 @@ class PipelineListCreateApi(APIView):
         request=PipelineSubmitSerializer,
         examples=[SUBMIT_EXAMPLE],
         parameters=[
-            OpenApiParameter(
-                "Location",
-                OpenApiTypes.URI,
-                OpenApiParameter.HEADER,
-                response=[202],
-                description="The pipeline's status URL.",
-            ),
+            location_header("The pipeline's status URL."),
             *error_headers(),
         ],
         responses={
