@@ -107,6 +107,10 @@ def fast_settings(settings: Any) -> None:
     settings.LLM_RETRY_DELAY_SCALE = 0.001
     settings.LLM_PROVIDER_READ_TIMEOUT = 5.0
     settings.LLM_HEARTBEAT_SECONDS = 1.0
+    # The test process builds workers in process: it must not lower its own CPU priority (the
+    # worker processes tests start take WORKER_NICE from their environment, as in production).
+    settings.WORKER_NICE = 0
+    settings.PASSWORD_HASHERS = ["tests.hashers.FastPBKDF2PasswordHasher"]
 
 
 @pytest.fixture
