@@ -12,10 +12,11 @@ on the queue (``jobs.services.job_hold``) without using an attempt.
 
 import math
 
-import django_rq
 from django.conf import settings
+from redis import Redis
 
 from llmops.queues import LLM_QUEUE, concurrency_key_slots_key
+from llmops.redis_clients import queue_connection
 
 __all__ = ["slot_acquire", "slot_extend", "slot_release"]
 
@@ -55,8 +56,8 @@ def _lease_ms() -> int:
     return max(2000, math.ceil(settings.LLM_HEARTBEAT_SECONDS * 4 * 1000))
 
 
-def _redis():  # type: ignore[no-untyped-def]
-    return django_rq.get_connection(LLM_QUEUE)
+def _redis() -> Redis:
+    return queue_connection(LLM_QUEUE)
 
 
 def slot_acquire(*, concurrency_key: str, job_id: str) -> bool:

@@ -6,6 +6,7 @@ reports what it observed as a ``ProviderOutcome``; it never raises for provider 
 
 import email.utils
 import functools
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,8 @@ import httpx2
 from django.conf import settings
 
 __all__ = ["ProviderOutcome", "UnreadableResponse", "call_messages", "get_client", "warm_up"]
+
+logger = logging.getLogger(__name__)
 
 # The key for the local fake provider; it only checks that some key is present.
 FAKE_PROVIDER_KEY = "fake-local-key"
@@ -59,30 +62,58 @@ def get_client(base_url: str, read_timeout: float, connect_timeout: float) -> an
     )
 
 
-def warm_up() -> None:
-    """Build the client and the SDK's response models once, in a worker's main process.
+# An answer as the Messages API gives it, every usage field included: parsing it once in the
+# worker's main process builds what parsing a real answer needs (below).
+_WARM_UP_ANSWER = {
+    "id": "msg_warm_up",
+    "type": "message",
+    "role": "assistant",
+    "model": "warm-up",
+    "content": [{"type": "text", "text": ""}],
+    "stop_reason": "end_turn",
+    "stop_sequence": None,
+    "usage": {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+        "server_tool_use": None,
+        "service_tier": "standard",
+    },
+}
 
-    Each job runs in a forked work horse that inherits them; built there instead, they add about
-    0.1 s to every job (TLS context, pydantic validators). The client holds no connection yet,
-    so no socket is shared across forks.
+
+def warm_up() -> None:
+    """Build, once in a worker's main process, what every call would otherwise build first.
+
+    Each job of a forking worker runs in a work horse that inherits it; built there instead, it
+    is paid by every job again. The client and its TLS context; the pydantic adapters the SDK
+    makes (and caches) when it parses an answer, about 14 ms; the OpenTelemetry propagator it
+    imports on its first request, about 6 ms. The client holds no connection yet, so no socket
+    is shared across forks. Nothing here may stop a worker from starting: the last two reach
+    into the SDK's internals, and an SDK that moved them only costs the time again
+    (tests/jobs/test_provider_warm_up.py notices).
     """
     get_client(
         settings.ANTHROPIC_BASE_URL,
         settings.LLM_PROVIDER_READ_TIMEOUT,
         settings.LLM_PROVIDER_CONNECT_TIMEOUT,
     )
-    anthropic.types.Message.model_validate(
-        {
-            "id": "msg_warm_up",
-            "type": "message",
-            "role": "assistant",
-            "model": "warm-up",
-            "content": [{"type": "text", "text": ""}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
-        }
-    )
+    anthropic.types.Message.model_validate(_WARM_UP_ANSWER)
+    try:
+        # What the SDK itself does with a 200's body (anthropic._response -> construct_type).
+        from anthropic._models import construct_type
+
+        construct_type(type_=anthropic.types.Message, value=_WARM_UP_ANSWER)
+    except Exception:
+        logger.warning("warm-up: the SDK's answer parsing could not be prepared", exc_info=True)
+    try:
+        from anthropic._tracing import trace_context_injector
+
+        trace_context_injector()
+    except Exception:
+        logger.warning("warm-up: the SDK's trace propagator could not be loaded", exc_info=True)
 
 
 def _parse_retry_after(headers: Any) -> float | None:

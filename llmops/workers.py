@@ -16,6 +16,7 @@ from django.conf import settings
 from rq import Worker
 
 from llmops.queues import LLM_QUEUE
+from llmops.redis_clients import named_once
 from llmops.threaded_worker import ThreadedWorker
 
 __all__ = [
@@ -41,6 +42,7 @@ class PreloadingWorker(Worker):
 
         warm_up()
         super().__init__(*args, **kwargs)
+        named_once(self.connection)  # a work horse opens its own connections for every job
 
 
 def lower_cpu_priority() -> None:

@@ -19,19 +19,17 @@ safe against either kind of provider limit.
 """
 
 import json
-import os
-import threading
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import django_rq
 from django.conf import settings
 from redis import Redis
 from redis.commands.core import Script
 
 from llmops.queues import LLM_QUEUE, rate_limit_key
+from llmops.redis_clients import queue_connection
 
 __all__ = [
     "KEY_PARTS",
@@ -70,22 +68,10 @@ def _script(name: str) -> Script:
     return Script(None, (_LUA / f"{name}.lua").read_bytes())  # type: ignore[arg-type]
 
 
-_client_lock = threading.Lock()
-_clients: dict[int, Redis] = {}
-
-
 def redis_client() -> Redis:
-    """One client (a thread-safe connection pool) per process for every limiter call: a new
-    pool per call would open a new connection per call. A forked child builds its own."""
-    pid = os.getpid()
-    client = _clients.get(pid)
-    if client is None:
-        with _client_lock:
-            client = _clients.get(pid)
-            if client is None:
-                _clients.clear()
-                client = _clients[pid] = django_rq.get_connection(LLM_QUEUE)
-    return client
+    """The llm queue's client, shared by every limiter call of this process
+    (llmops/redis_clients.py): one connection pool, which a forked child replaces on its own."""
+    return queue_connection(LLM_QUEUE)
 
 
 def limiter_keys(provider: str, model: str) -> list[str]:

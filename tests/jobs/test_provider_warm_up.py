@@ -1,0 +1,112 @@
+"""A worker's main process builds, once, what every provider call would otherwise build first
+(jobs/provider.warm_up), so that a forked work horse inherits it instead of paying for it on
+every job. Each check runs in a fresh interpreter: in the test process earlier tests have long
+since warmed everything, and a check there could not fail."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PRELUDE = """
+import os, sys
+sys.path.insert(0, {root!r})
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmops.settings")
+import django
+django.setup()
+"""
+
+
+def run_fresh(body: str, **env: str) -> str:
+    script = PRELUDE.format(root=str(ROOT)) + textwrap.dedent(body)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "LOG_LEVEL": "WARNING", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_call_after_warm_up_builds_no_parser_and_loads_no_module(fake_provider: Any) -> None:
+    out = run_fresh(
+        """
+        import anthropic._models as models
+        from jobs.provider import call_messages, warm_up
+
+        warm_up()
+        adapters = models._CachedTypeAdapter.cache_info().misses
+        modules = set(sys.modules)
+        outcome = call_messages(
+            body={"model": "claude-haiku-4-5", "max_tokens": 16,
+                  "messages": [{"role": "user", "content": "hi"}]},
+            job_id="warm-up-test",
+            read_timeout=10,
+        )
+        assert outcome.kind == "success", outcome
+        print("new adapters:", models._CachedTypeAdapter.cache_info().misses - adapters)
+        print("new modules:", sorted(set(sys.modules) - modules))
+        """,
+        ANTHROPIC_BASE_URL=fake_provider.url,
+    )
+    assert "new adapters: 0\n" in out, out
+    assert "new modules: []\n" in out, out
+
+
+def test_without_warm_up_the_same_call_builds_them(fake_provider: Any) -> None:
+    """The check above can fail: the first call of a cold process builds adapters."""
+    out = run_fresh(
+        """
+        import anthropic._models as models
+        from jobs.provider import call_messages, get_client
+        from django.conf import settings
+
+        get_client(settings.ANTHROPIC_BASE_URL, settings.LLM_PROVIDER_READ_TIMEOUT,
+                   settings.LLM_PROVIDER_CONNECT_TIMEOUT)
+        adapters = models._CachedTypeAdapter.cache_info().misses
+        outcome = call_messages(
+            body={"model": "claude-haiku-4-5", "max_tokens": 16,
+                  "messages": [{"role": "user", "content": "hi"}]},
+            job_id="warm-up-test",
+            read_timeout=10,
+        )
+        assert outcome.kind == "success", outcome
+        print("new adapters:", models._CachedTypeAdapter.cache_info().misses - adapters)
+        """,
+        ANTHROPIC_BASE_URL=fake_provider.url,
+    )
+    assert "new adapters: 0\n" not in out, out
+
+
+def test_a_work_horse_opens_redis_connections_without_the_metadata_lookup() -> None:
+    """A forked child opens its own connections on the shared clients; naming them must not
+    read the installed packages' metadata again (about 2 ms a connection)."""
+    out = run_fresh(
+        """
+        import redis.utils
+        from llmops.queues import LLM_QUEUE
+        from llmops.redis_clients import queue_connection
+        from ratelimits.limiter import redis_client
+
+        client = queue_connection(LLM_QUEUE)
+        client.ping()
+        assert redis_client() is client
+        calls = []
+        original = redis.utils.get_lib_version
+        redis.utils.get_lib_version = lambda: calls.append(1) or original()
+        pid = os.fork()
+        if pid == 0:
+            client.ping()  # a new connection: the parent's is not used across the fork
+            os._exit(0 if not calls else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child exit:", os.waitstatus_to_exitcode(status))
+        """
+    )
+    assert "child exit: 0\n" in out, out
