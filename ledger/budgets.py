@@ -26,6 +26,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
+from ledger.config_cache import config_snapshot
 from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry
 
 if TYPE_CHECKING:
@@ -62,7 +63,12 @@ def window_bounds(period: str, at: datetime | None = None) -> tuple[datetime, da
 
 
 def budgets_for(*, feature: str, user_id: int | None) -> list[Budget]:
-    """The enabled budgets that apply to a job of this feature and user, in id order."""
+    """The enabled budgets that apply to a job of this feature and user, in id order. Read from
+    this process's copy when it is current (ledger/config_cache.py); they are shared: never
+    change them."""
+    snapshot = config_snapshot()
+    if snapshot is not None:
+        return snapshot.budgets_for(feature, user_id)
     return list(
         Budget.objects.filter(enabled=True)
         .filter(

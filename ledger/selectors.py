@@ -12,14 +12,21 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from alerts.models import FailureRecord
+from ledger.config_cache import config_snapshot
 from ledger.models import CostEntry, ModelPrice
 from llmops.errors import ValidationFailed
 
 
 def price_for_model(*, model: str, at: datetime | None = None) -> ModelPrice | None:
-    """The price in force for ``model`` at ``at`` (now by default), or None if it has none."""
+    """The price in force for ``model`` at ``at`` (now by default), or None if it has none.
+    Read from this process's copy of the price table when it is current (ledger/config_cache.py);
+    the row is shared: never change it."""
+    at = at or timezone.now()
+    snapshot = config_snapshot()
+    if snapshot is not None:
+        return snapshot.price_at(model, at)
     return (
-        ModelPrice.objects.filter(model=model, effective_from__lte=at or timezone.now())
+        ModelPrice.objects.filter(model=model, effective_from__lte=at)
         .order_by("-effective_from")
         .first()
     )

@@ -62,6 +62,11 @@ def concurrency_key_slots_key(concurrency_key: str) -> str:
     return f"{KEY_PREFIX}concurrency:{digest}"
 
 
+def config_token_key() -> str:
+    """The token that names the current price table and budgets (ledger/config_cache.py)."""
+    return f"{KEY_PREFIX}ledger-config"
+
+
 def rate_limit_key(provider: str, model: str, part: str) -> str:
     """One part (window, usage, learned, pause...) of the shared rate limiter of a provider and
     model (ratelimits/limiter.py). The braces are a Redis Cluster hash tag: every key of one
