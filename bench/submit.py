@@ -11,7 +11,10 @@ line running the jobs against the fake provider: its own MariaDB database
 and Redis index 10 (BENCH_SUBMIT_REDIS_URL, flushed). BENCH_SUBMIT_CLIENTS clients (httpx, async,
 one keep-alive connection each) share BENCH_SUBMIT_REQUESTS requests per phase. For each provider
 latency in BENCH_SUBMIT_LATENCIES_MS ("0,10000"), the queue is drained first (a backlog is left
-at 10 s), then the bare endpoint and submit are timed one after the other. Prints throughput and
+at 10 s), then the bare endpoint and submit are timed in turn, BENCH_SUBMIT_ROUNDS (4) times each
+with a share of the requests, so that a drift of the shared machine's speed during the run
+(seen: the bare endpoint alone from 133 to 196/s between identical runs) falls on both alike
+rather than on whichever ran second; each figure sums its rounds. Prints throughput and
 p50/p99 latency of each, and submit's throughput as a fraction of the bare endpoint's (target:
 at least 0.5). Client and server share the machine's cores.
 """
@@ -39,6 +42,7 @@ from bench.stack import (  # noqa: E402
 
 CLIENTS = int(os.environ.get("BENCH_SUBMIT_CLIENTS", "32"))
 REQUESTS = int(os.environ.get("BENCH_SUBMIT_REQUESTS", "2000"))
+ROUNDS = max(1, int(os.environ.get("BENCH_SUBMIT_ROUNDS", "4")))
 LLM_WORKERS = int(os.environ.get("BENCH_SUBMIT_LLM_WORKERS", "2"))
 LATENCIES_MS = [int(v) for v in os.environ.get("BENCH_SUBMIT_LATENCIES_MS", "0,10000").split(",")]
 DATABASE_URL = os.environ.get(
@@ -52,6 +56,14 @@ WARM_UP = 20
 class Phase:
     def __init__(self, name: str, latencies: list[float], seconds: float, errors: int) -> None:
         self.name, self.latencies, self.seconds, self.errors = name, latencies, seconds, errors
+
+    def __add__(self, other: "Phase") -> "Phase":
+        return Phase(
+            self.name or other.name,
+            self.latencies + other.latencies,
+            self.seconds + other.seconds,
+            self.errors + other.errors,
+        )
 
     @property
     def per_second(self) -> float:
@@ -150,7 +162,10 @@ def main() -> None:
                 f"`{' '.join(procfile_command('worker_llm', respawn=False))}` "
                 f"({settings.RQ['WORKER_CLASS']})"
             )
-            print(f"{CLIENTS} concurrent clients, {REQUESTS} requests per phase")
+            print(
+                f"{CLIENTS} concurrent clients, {REQUESTS} requests per endpoint and latency, "
+                f"in {ROUNDS} rounds taking turns"
+            )
             asyncio.run(run_phase(base, token, "", submit=False, requests=WARM_UP * CLIENTS))
             asyncio.run(run_phase(base, token, "", submit=True, requests=WARM_UP * CLIENTS))
             for latency_ms in LATENCIES_MS:
@@ -165,8 +180,15 @@ def main() -> None:
                 httpx.post(
                     f"{provider}/_fake/faults", json={"faults": {}, "latency_ms": latency_ms}
                 ).raise_for_status()
-                bare = asyncio.run(run_phase(base, token, "GET /api/v1/me/", submit=False))
-                jobs = asyncio.run(run_phase(base, token, "POST /api/v1/jobs/", submit=True))
+                bare = jobs = Phase("", [], 0.0, 0)
+                for round_ in range(ROUNDS):
+                    share = REQUESTS // ROUNDS + (round_ < REQUESTS % ROUNDS)
+                    bare += asyncio.run(
+                        run_phase(base, token, "GET /api/v1/me/", submit=False, requests=share)
+                    )
+                    jobs += asyncio.run(
+                        run_phase(base, token, "POST /api/v1/jobs/", submit=True, requests=share)
+                    )
                 print(f"provider latency {latency_ms / 1000:g} s:")
                 print(bare.line())
                 print(jobs.line())
@@ -179,6 +201,7 @@ def main() -> None:
     print(
         "command: make bench-submit  (or: .venv/bin/python bench/submit.py; "
         f"BENCH_SUBMIT_CLIENTS={CLIENTS} BENCH_SUBMIT_REQUESTS={REQUESTS} "
+        f"BENCH_SUBMIT_ROUNDS={ROUNDS} "
         f"BENCH_SUBMIT_LLM_WORKERS={LLM_WORKERS} WEB_CONCURRENCY={settings.WEB_CONCURRENCY})"
     )
 
