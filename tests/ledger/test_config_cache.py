@@ -75,7 +75,7 @@ def test_a_price_saved_by_another_process_is_used_at_the_next_call() -> None:
     before = price_for_model(model=MODEL)
     assert before is not None and before.input_per_mtok != Decimal("7")
     in_another_process(
-        f"""
+        """
         from ledger.models import ModelPrice
         from tests.ledger.test_config_cache import new_price
         ModelPrice.objects.create(**new_price(rate="7"))
