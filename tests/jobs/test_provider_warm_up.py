@@ -21,8 +21,21 @@ django.setup()
 """
 
 
+# One real call to the fake provider, as a worker makes it.
+CALL = """
+outcome = call_messages(
+    body={"model": "claude-haiku-4-5", "max_tokens": 16,
+          "messages": [{"role": "user", "content": "hi"}]},
+    job_id="warm-up-test",
+    read_timeout=10,
+)
+assert outcome.kind == "success", outcome
+"""
+
+
 def run_fresh(body: str, **env: str) -> str:
-    script = PRELUDE.format(root=str(ROOT)) + textwrap.dedent(body)
+    body = textwrap.dedent(body).replace("{call}", CALL)
+    script = PRELUDE.format(root=str(ROOT)) + body
     done = subprocess.run(
         [sys.executable, "-c", script],
         cwd=ROOT,
@@ -44,13 +57,7 @@ def test_a_call_after_warm_up_builds_no_parser_and_loads_no_module(fake_provider
         warm_up()
         adapters = models._CachedTypeAdapter.cache_info().misses
         modules = set(sys.modules)
-        outcome = call_messages(
-            body={"model": "claude-haiku-4-5", "max_tokens": 16,
-                  "messages": [{"role": "user", "content": "hi"}]},
-            job_id="warm-up-test",
-            read_timeout=10,
-        )
-        assert outcome.kind == "success", outcome
+        {call}
         print("new adapters:", models._CachedTypeAdapter.cache_info().misses - adapters)
         print("new modules:", sorted(set(sys.modules) - modules))
         """,
@@ -71,13 +78,7 @@ def test_without_warm_up_the_same_call_builds_them(fake_provider: Any) -> None:
         get_client(settings.ANTHROPIC_BASE_URL, settings.LLM_PROVIDER_READ_TIMEOUT,
                    settings.LLM_PROVIDER_CONNECT_TIMEOUT)
         adapters = models._CachedTypeAdapter.cache_info().misses
-        outcome = call_messages(
-            body={"model": "claude-haiku-4-5", "max_tokens": 16,
-                  "messages": [{"role": "user", "content": "hi"}]},
-            job_id="warm-up-test",
-            read_timeout=10,
-        )
-        assert outcome.kind == "success", outcome
+        {call}
         print("new adapters:", models._CachedTypeAdapter.cache_info().misses - adapters)
         """,
         ANTHROPIC_BASE_URL=fake_provider.url,
