@@ -12,7 +12,13 @@ Each pass, in bounded batches:
   still waits for a scheduler: one already on the queue is on its way, and replacing it would
   send it to the back of a busy queue again at every pass, so that it never ran (the chaos drill
   found that: ops/chaos/). A ``queued`` job held by the rate limiter (``job_hold``) waits for
-  the scheduler the same way, and is enqueued again once its scheduled time is that overdue.
+  the scheduler the same way, and is enqueued again once its scheduled time is that overdue;
+- a waiting job whose RQ job a worker took off the queue and never got to claim (it waited on the
+  rate limiter, a database slot, or the worker's main loop quit on an exception) when that worker
+  is dead: no heartbeat of the worker for ``LLM_STALE_AFTER_SECONDS`` (an RQ job ``started``),
+  or the RQ job stuck that long in the queue's intermediate list (taken, never started). rq calls
+  such a job alive until its own ten-minute cleanup; the worker's liveness decides here, and the
+  claim keeps the dead worker's copy from ever running (it no longer matches the row).
 While the provider's circuit breaker is open, waiting jobs are left alone except one per probe
 period, which goes out as the probe call.
 """
@@ -20,6 +26,7 @@ period, which goes out as the probe call.
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import django_rq
 from django.conf import settings
@@ -32,7 +39,12 @@ from jobs.breaker import breaker_probe_due
 from jobs.models import LlmJob
 from jobs.services import job_enqueue_again, job_recover
 from llmops.queues import LLM_QUEUE, job_lock_key
-from llmops.rq_jobs import rq_job_awaits_scheduler, rq_job_is_alive, rq_jobs_fetch
+from llmops.rq_jobs import (
+    rq_job_awaits_scheduler,
+    rq_job_is_alive,
+    rq_jobs_abandoned,
+    rq_jobs_fetch,
+)
 
 __all__ = ["ReconcileReport", "reconcile_jobs", "requeue_waiting_jobs"]
 
@@ -49,16 +61,24 @@ class ReconcileReport:
     requeued_lost: int = 0
     recovered_stale: int = 0
     requeued_overdue: int = 0
+    requeued_abandoned: int = 0
+    """Waiting jobs a dead worker had taken off the queue before their claim."""
     held_by_breaker: bool = False
 
     @property
     def changed(self) -> bool:
-        return bool(self.requeued_lost or self.recovered_stale or self.requeued_overdue)
+        return bool(
+            self.requeued_lost
+            or self.recovered_stale
+            or self.requeued_overdue
+            or self.requeued_abandoned
+        )
 
     def __str__(self) -> str:
         text = (
             f"re-enqueued {self.requeued_lost} lost, recovered {self.recovered_stale} stale, "
-            f"re-enqueued {self.requeued_overdue} overdue retries"
+            f"re-enqueued {self.requeued_overdue} overdue retries, "
+            f"re-enqueued {self.requeued_abandoned} a dead worker held"
         )
         return text + (" (circuit breaker open)" if self.held_by_breaker else "")
 
@@ -108,6 +128,23 @@ def _stranded(
     return scheduled is not None and float(scheduled) < cutoff.timestamp()
 
 
+def _abandoned(queue: Queue, rows: list[tuple[Any, ...]], rq_jobs: list[Job | None]) -> list[bool]:
+    """For each waiting row, whether a dead worker holds its RQ job (``rq_jobs_abandoned``) and
+    the job's lock has lapsed: a copy that took the lock before its claim keeps it at most the
+    lock's ttl (shorter than the stale threshold); while it lives, the next pass looks again
+    rather than send a copy that would only find the job locked."""
+    stale_before = timezone.now() - timedelta(seconds=settings.LLM_STALE_AFTER_SECONDS)
+    abandoned = rq_jobs_abandoned(queue=queue, jobs=rq_jobs, stale_before=stale_before)
+    held = [i for i, gone in enumerate(abandoned) if gone]
+    if held:
+        with queue.connection.pipeline(transaction=False) as pipe:
+            for i in held:
+                pipe.exists(job_lock_key(rows[i][0]))
+            for i, locked in zip(held, pipe.execute(), strict=True):
+                abandoned[i] = not locked
+    return abandoned
+
+
 def requeue_waiting_jobs(
     *, grace_seconds: float | None = None, report: ReconcileReport | None = None
 ) -> ReconcileReport:
@@ -140,15 +177,26 @@ def requeue_waiting_jobs(
             break
         after = rows[-1][0]
         rq_jobs = rq_jobs_fetch(queue=queue, job_ids=[row[1] for row in rows])
-        for (job_id, rq_job_id, status, next_attempt_at), rq_job in zip(rows, rq_jobs, strict=True):
+        abandoned = _abandoned(queue, rows, rq_jobs)
+        for (job_id, rq_job_id, status, next_attempt_at), rq_job, held_by_the_dead in zip(
+            rows, rq_jobs, abandoned, strict=True
+        ):
             stranded = _stranded(
                 queue, rq_job, status=status, next_attempt_at=next_attempt_at, cutoff=overdue_cutoff
             )
-            if rq_job_is_alive(rq_job) and not stranded:
+            if rq_job_is_alive(rq_job) and not stranded and not held_by_the_dead:
                 continue
             if not job_enqueue_again(job_id=job_id, lost_rq_job_id=rq_job_id):
                 continue
-            if rq_job_is_alive(rq_job):
+            if held_by_the_dead:
+                report.requeued_abandoned += 1
+                logger.warning(
+                    "job %s: the worker that took its RQ job %s is dead; enqueued again",
+                    job_id,
+                    rq_job_id,
+                    extra={"job_id": str(job_id)},
+                )
+            elif rq_job_is_alive(rq_job):
                 report.requeued_overdue += 1
                 logger.warning(
                     "job %s: %s overdue (scheduler gone?); enqueued now",

@@ -5,15 +5,20 @@ row still going to run?" in one Redis round trip per batch, not one per row.
 """
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import TypeVar
 
 from rq import Queue
+from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job, JobStatus
+from rq.utils import as_text, now, utcparse
+from rq.worker import BaseWorker
 
 __all__ = [
     "DEAD_RQ_STATUSES",
     "rq_job_awaits_scheduler",
     "rq_job_is_alive",
+    "rq_jobs_abandoned",
     "rq_jobs_fetch",
     "rq_jobs_resume",
 ]
@@ -23,6 +28,8 @@ DEAD_RQ_STATUSES = {JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED, Job
 
 BATCH = 500
 """Job ids fetched per Redis round trip."""
+FIRST_SEEN_TTL_SECONDS = 24 * 3600
+"""How long the first sight of a job stuck in a queue's intermediate list is kept (as rq does)."""
 
 RowId = TypeVar("RowId")
 
@@ -55,6 +62,67 @@ def rq_job_awaits_scheduler(job: Job | None) -> bool:
     """Whether the job waits in a scheduled registry for a scheduler to move it onto its queue
     (it is not on the queue yet, nor running)."""
     return job is not None and job.get_status(refresh=False) == JobStatus.SCHEDULED
+
+
+def rq_jobs_abandoned(
+    *, queue: Queue, jobs: Sequence[Job | None], stale_before: datetime
+) -> list[bool]:
+    """For each RQ job of ``queue``, whether a worker took it off the queue and died with it
+    (``kill -9``, a crash, a main loop that quit on an exception), in two Redis round trips.
+
+    rq still calls such a job alive: it cleans up after a dead worker only at its maintenance
+    pass, every ten minutes, and only a minute after it first saw the job stuck. Here:
+
+    - ``started``: its worker (``job.worker_name``) is dead when the worker's key is gone, says
+      it died, or its ``last_heartbeat`` is older than ``stale_before``. A live worker beats
+      while its jobs wait (the thread-pool worker's monitor every ``LLM_HEARTBEAT_SECONDS``, the
+      forking parent every 30 s), however long a job waits before its claim.
+    - ``queued`` but in the queue's intermediate list: taken by a worker's ``BLMOVE`` and never
+      started. A live worker starts a job it took within milliseconds, and rq records no worker
+      before that, so the job counts from the first look that found it there (rq's own
+      first-seen key, which rq's cleanup reads too) and is abandoned once that was before
+      ``stale_before``.
+    """
+    abandoned = [False] * len(jobs)
+    started = [
+        (i, job)
+        for i, job in enumerate(jobs)
+        if job is not None and job.get_status(refresh=False) == JobStatus.STARTED
+    ]
+    queued = [
+        (i, job)
+        for i, job in enumerate(jobs)
+        if job is not None and job.get_status(refresh=False) == JobStatus.QUEUED
+    ]
+    if not started and not queued:
+        return abandoned
+    connection = queue.connection
+    intermediate = IntermediateQueue(queue.key, connection)
+    worker_names = sorted({job.worker_name for _, job in started if job.worker_name})
+    with connection.pipeline(transaction=False) as pipe:
+        for name in worker_names:
+            pipe.hmget(BaseWorker.redis_worker_namespace_prefix + name, "last_heartbeat", "death")
+        pipe.lrange(intermediate.key, 0, -1)
+        *beats, taken = pipe.execute()
+    alive = {
+        name: beat is not None and death is None and utcparse(as_text(beat)) >= stale_before
+        for name, (beat, death) in zip(worker_names, beats, strict=True)
+    }
+    for i, job in started:
+        # A started job without a worker's name is rq's to clean up, as before.
+        abandoned[i] = job.worker_name is not None and not alive.get(job.worker_name, True)
+    taken_ids = {as_text(job_id) for job_id in taken}
+    dequeued = [(i, job) for i, job in queued if job.id in taken_ids]
+    if dequeued:
+        with connection.pipeline(transaction=False) as pipe:
+            for _, job in dequeued:
+                key = intermediate.get_first_seen_key(job.id)
+                pipe.set(key, now().timestamp(), nx=True, ex=FIRST_SEEN_TTL_SECONDS)
+                pipe.get(key)
+            first_seen = pipe.execute()[1::2]
+        for (i, _), seen in zip(dequeued, first_seen, strict=True):
+            abandoned[i] = seen is not None and float(seen) < stale_before.timestamp()
+    return abandoned
 
 
 def rq_jobs_resume(
