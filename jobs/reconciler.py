@@ -78,7 +78,7 @@ class ReconcileReport:
         text = (
             f"re-enqueued {self.requeued_lost} lost, recovered {self.recovered_stale} stale, "
             f"re-enqueued {self.requeued_overdue} overdue retries, "
-            f"re-enqueued {self.requeued_abandoned} a dead worker held"
+            f"re-enqueued {self.requeued_abandoned} held by dead workers"
         )
         return text + (" (circuit breaker open)" if self.held_by_breaker else "")
 

@@ -444,7 +444,8 @@ LLM_RETRY_DELAY_SCALE = envfloat("LLM_RETRY_DELAY_SCALE", 1.0, minimum=0.0)
 LLM_HEARTBEAT_SECONDS = envfloat("LLM_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
 """A running job's lock lives four heartbeats (40 s), refreshed every beat."""
 LLM_STALE_AFTER_SECONDS = envfloat("LLM_STALE_AFTER_SECONDS", 45.0, minimum=1.0)
-"""A running job whose heartbeat is older than this (and whose lock is gone) was lost."""
+"""A running job whose heartbeat is older than this (and whose lock is gone) was lost; a worker
+whose heartbeat is older than this is dead, and the jobs it took and had not claimed go back."""
 LLM_LOST_QUEUE_GRACE_SECONDS = envfloat("LLM_LOST_QUEUE_GRACE_SECONDS", 30.0, minimum=0.0)
 """A queued job missing from Redis for longer than this is enqueued again."""
 LLM_RECONCILE_INTERVAL = envfloat("LLM_RECONCILE_INTERVAL", 15.0, minimum=0.1)
