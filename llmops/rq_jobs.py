@@ -74,9 +74,10 @@ def rq_jobs_abandoned(
     pass, every ten minutes, and only a minute after it first saw the job stuck. Here:
 
     - ``started``: its worker (``job.worker_name``) is dead when the worker's key is gone, says
-      it died, or its ``last_heartbeat`` is older than ``stale_before``. A live worker beats
-      while its jobs wait (the thread-pool worker's monitor every ``LLM_HEARTBEAT_SECONDS``, the
-      forking parent every 30 s), however long a job waits before its claim.
+      it died, or its ``last_heartbeat`` is older than ``stale_before``. Every worker beats as
+      it starts a job; the thread-pool worker's monitor then beats every
+      ``LLM_HEARTBEAT_SECONDS`` however long its jobs wait before their claim (rq's forking
+      parent every ``job_monitoring_interval``).
     - ``queued`` but in the queue's intermediate list: taken by a worker's ``BLMOVE`` and never
       started. A live worker starts a job it took within milliseconds, and rq records no worker
       before that, so the job counts from the first look that found it there (rq's own
