@@ -14,7 +14,13 @@ from django.utils import timezone
 from alerts.models import Alert, FailureRecord
 from jobs.models import LlmJob
 from jobs.runner import job_run
-from ledger.budgets import budget_release, budget_reserve, budget_usage, window_bounds
+from ledger.budgets import (
+    Reservation,
+    budget_release,
+    budget_reserve,
+    budget_usage,
+    window_bounds,
+)
 from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry
 from ledger.services import job_upper_bound_cost
 from llmops.queues import LLM_QUEUE
@@ -254,9 +260,10 @@ def test_an_attempt_reserved_by_a_copy_that_never_claimed_it_is_reserved_again(
     an attempt an earlier copy had reserved without claiming it, and the job never ran again."""
     budget = feature_budget(limit_usd=Decimal("10"))
     job = submit(alice_client, feature=FEATURE, max_tokens=16)
-    assert budget_reserve(job=job, attempt=1, amount=job_upper_bound_cost(job=job)) is None
+    reservation = budget_reserve(job=job, attempt=1)
+    assert isinstance(reservation, Reservation) and reservation.token is not None
     if earlier_copy == "released it":
-        budget_release(job=job, attempt=1)
+        budget_release(reservation=reservation)
 
     workers.drain()
 
