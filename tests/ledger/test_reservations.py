@@ -188,7 +188,7 @@ def test_a_losing_copy_of_a_job_releases_its_own_reservation_not_the_winners(
 ):
     bound = one_job_bound(alice_client)
     budget = feature_budget(limit_usd=bound * Decimal("2.5"))
-    fake_provider.faults({}, latency_ms="3000")
+    fake_provider.faults({}, latency_ms="5000")
     job = submit(alice_client, feature=FEATURE, max_tokens=16)
     # The losing copy read the job as waiting, then stalled before its reserve (a pause long
     # enough for the per-job lock to lapse); a second copy of the RQ job (Redis failed over)
@@ -236,9 +236,9 @@ def test_an_attempt_is_booked_at_the_price_its_reservation_used_when_the_price_c
     bound = one_job_bound(alice_client)
     budget = feature_budget(limit_usd=bound)  # exactly one worst case
     if outcome == "success":
-        fake_provider.faults({}, latency_ms="2000")
+        fake_provider.faults({}, latency_ms="4000")
     else:  # a read timeout: booked at the upper bound
-        settings.LLM_PROVIDER_READ_TIMEOUT = 3.0
+        settings.LLM_PROVIDER_READ_TIMEOUT = 4.0
         fake_provider.faults({}, latency_ms="20000")
     job = submit(alice_client, feature=FEATURE, max_tokens=16)
     held_price = price_for_model(model=job.model)
