@@ -38,6 +38,7 @@ from rq.job import Job
 from jobs.breaker import breaker_probe_due
 from jobs.models import LlmJob
 from jobs.services import job_enqueue_again, job_recover
+from ledger.budgets import budget_release_unclaimed
 from llmops.queues import LLM_QUEUE, job_lock_key
 from llmops.rq_jobs import (
     rq_job_awaits_scheduler,
@@ -222,4 +223,5 @@ def reconcile_jobs() -> ReconcileReport:
     report = ReconcileReport()
     _recover_stale(report)
     requeue_waiting_jobs(report=report)
+    budget_release_unclaimed()  # reservations whose copy died before its claim (ledger/budgets.py)
     return report

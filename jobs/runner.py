@@ -36,9 +36,9 @@ from jobs.services import (
     job_hold,
 )
 from jobs.timeouts import read_timeout_for
-from ledger.budgets import budget_release, budget_reserve
+from ledger.budgets import BudgetRefusal, budget_release, budget_reserve
 from ledger.models import CostEntry
-from ledger.services import AttemptRecord, job_upper_bound_cost
+from ledger.services import AttemptRecord
 from llmops.db_connections import release_connection
 from llmops.logs import bind_log_context, log_context
 from llmops.queues import LLM_QUEUE, job_lock_key
@@ -205,15 +205,16 @@ def _start(waiting: LlmJob, *, attempt: int, rq_job_id: str | None, gate: str, l
         return "rate_limited"
     # The attempt's worst case is reserved against every budget before the claim: a job that
     # does not fit uses no attempt and makes no call.
-    refusal = budget_reserve(job=waiting, attempt=attempt, amount=job_upper_bound_cost(job=waiting))
-    if refusal is not None:
+    reservation = budget_reserve(job=waiting, attempt=attempt)
+    if isinstance(reservation, BudgetRefusal):
+        refusal = reservation
         rate_limit_release(grant)
         job_budget_refused(job_id=waiting.id, rq_job_id=rq_job_id, refusal=refusal)
         logger.info("job %s: budget %s (%s)", job_id, refusal.action, refusal.message)
         return f"budget_{refusal.action}"
-    job = job_claim(job_id=job_id, rq_job_id=rq_job_id, seen=waiting)
+    job = job_claim(job_id=job_id, rq_job_id=rq_job_id, seen=waiting, reservation=reservation)
     if job is None or job.attempts != attempt:
-        budget_release(job=waiting, attempt=attempt)
+        budget_release(reservation=reservation)  # its own: never the winning copy's
         rate_limit_release(grant)
         logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
         return "skipped"

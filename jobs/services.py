@@ -41,7 +41,7 @@ from jobs.selectors import jobs_runnable
 from jobs.timeouts import job_timeout_for
 from jobs.transitions import Transition, transition_committed
 from jobs.validation import JobRequest, validate_job_request
-from ledger.budgets import BudgetRefusal
+from ledger.budgets import BudgetRefusal, Reservation, budget_claim
 from ledger.models import CostEntry
 from ledger.services import (
     AttemptRecord,
@@ -247,7 +247,11 @@ def _replay(job: LlmJob, fingerprint: str) -> LlmJob:
 
 
 def job_claim(
-    *, job_id: str, rq_job_id: str | None = None, seen: LlmJob | None = None
+    *,
+    job_id: str,
+    rq_job_id: str | None = None,
+    seen: LlmJob | None = None,
+    reservation: Reservation | None = None,
 ) -> LlmJob | None:
     """Move a waiting job to running and count the attempt; None if this copy may not run it.
 
@@ -259,6 +263,9 @@ def job_claim(
     ``seen``: the row as the caller read it just before (the runner's ``job_for_run``). The
     claim then also requires the row's ``attempts`` and ``rq_job_id`` to be as seen, and returns
     ``seen`` with the claim's changes made to it instead of reading the row again.
+
+    ``reservation``: this copy's budget reservation (``budget_reserve``), claimed in the same
+    transaction; the claim fails if it was released meanwhile, so no call goes out unheld.
     """
     now = timezone.now()
     runnable = jobs_runnable(job_id=job_id, rq_job_id=rq_job_id)
@@ -273,6 +280,9 @@ def job_claim(
             heartbeat_at=now,
             next_attempt_at=None,
         ):
+            return None
+        if reservation is not None and not budget_claim(reservation=reservation):
+            transaction.set_rollback(True)
             return None
         if seen is None:
             job = LlmJob.objects.get(id=job_id)

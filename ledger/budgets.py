@@ -2,20 +2,25 @@
 
 - A budget's window is a UTC day or month. Its settled spend lives in a ``BudgetWindow`` row,
   updated in the same transaction as each ledger row (``budget_settle``, called by
-  ``ledger/services.py``), so it always equals the ledger.
-- Before each provider call the worker reserves the attempt's worst case (``job_upper_bound_cost``)
+  ``ledger/services.py``), so it always equals the ledger: every budget of the scope counts the
+  row, enabled or not, so a budget enabled again holds what the ledger holds.
+- Before each provider call the worker reserves the attempt's worst case, at today's price,
   against every enabled budget that applies (``budget_reserve``): the windows are locked in one
   order, and ``spent + open reservations + this one <= limit`` is checked under the locks, so no
-  number of workers on any number of hosts can overshoot. The ledger row of the attempt settles
-  the reservation to the real cost (the upper bound for an unknown outcome, 0 for an error
-  response). A reservation nobody settles (a worker that died) stops counting at ``expires_at``,
-  the job's RQ timeout.
+  number of workers on any number of hosts can overshoot. The claim marks the reservation
+  claimed, in its transaction, and fails if the reservation was released meanwhile
+  (``budget_claim``). The ledger row of the attempt settles it, priced with the reservation's
+  price (the upper bound for an unknown outcome, 0 for an error response); a copy that lost
+  its claim releases its own reservation (``budget_release``), and the reconciler releases
+  those whose copy never claimed and is gone (``budget_release_unclaimed``). Nothing else ends
+  a reservation: no clock (DESIGN invariant 9).
 - Alerts: one WARNING when a window's spend crosses ``soft_alert_percent``, one ERROR when the
   budget is exhausted, each once per window.
 """
 
 import calendar
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -27,7 +32,8 @@ from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from ledger.config_cache import config_snapshot
-from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry
+from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry, ModelPrice
+from ledger.pricing import upper_bound_cost
 
 if TYPE_CHECKING:
     from jobs.models import LlmJob
@@ -35,8 +41,12 @@ if TYPE_CHECKING:
 __all__ = [
     "BudgetRefusal",
     "BudgetUsage",
+    "Reservation",
+    "budget_claim",
     "budget_release",
+    "budget_release_unclaimed",
     "budget_reserve",
+    "budget_reserved_price",
     "budget_settle",
     "budget_usage",
     "budgets_exhausted_for",
@@ -50,6 +60,13 @@ logger = logging.getLogger(__name__)
 RESERVATION_WAIT_SECONDS = 5.0
 """A job that would fit once the calls in flight settle waits this long (no attempt used)."""
 
+NEVER = datetime(9999, 12, 31, tzinfo=UTC)
+"""Written to ``BudgetReservation.expires_at``: the release before this one stopped counting a
+reservation at that time, and must count it until it is settled while both run in a deploy."""
+
+SWEEP_BATCH = 1000
+"""Unclaimed reservations looked at per reconciler pass; the next pass goes on."""
+
 
 def window_bounds(period: str, at: datetime | None = None) -> tuple[datetime, datetime]:
     """[start, end) of the UTC day or month that contains ``at``."""
@@ -62,16 +79,18 @@ def window_bounds(period: str, at: datetime | None = None) -> tuple[datetime, da
     return start, start + timedelta(days=days)
 
 
-def budgets_for(*, feature: str, user_id: int | None) -> list[Budget]:
-    """The enabled budgets that apply to a job of this feature and user, in id order. Read from
-    this process's copy when it is current (ledger/config_cache.py); they are shared: never
-    change them."""
+def budgets_for(
+    *, feature: str, user_id: int | None, include_disabled: bool = False
+) -> list[Budget]:
+    """The enabled budgets (every one, with ``include_disabled``) that apply to a job of this
+    feature and user, in id order. Read from this process's copy when it is current
+    (ledger/config_cache.py); they are shared: never change them."""
     snapshot = config_snapshot()
     if snapshot is not None:
-        return snapshot.budgets_for(feature, user_id)
+        return snapshot.budgets_for(feature, user_id, include_disabled=include_disabled)
+    budgets = Budget.objects.all() if include_disabled else Budget.objects.filter(enabled=True)
     return list(
-        Budget.objects.filter(enabled=True)
-        .filter(
+        budgets.filter(
             Q(scope=Budget.Scope.FEATURE, feature=feature)
             | Q(scope=Budget.Scope.USER, user_id=user_id)
         )
@@ -104,9 +123,10 @@ def _window_ensure(budget: Budget, start: datetime, end: datetime) -> None:
         pass
 
 
-def _reserved(budget: Budget, start: datetime, now: datetime) -> Decimal:
+def _reserved(budget: Budget, start: datetime) -> Decimal:
+    # Every open reservation counts, however old: it ends by settlement or release only.
     return BudgetReservation.objects.filter(
-        budget=budget, window_start=start, settled_at__isnull=True, expires_at__gt=now
+        budget=budget, window_start=start, settled_at__isnull=True
     ).aggregate(total=Sum("amount_usd"))["total"] or Decimal(0)
 
 
@@ -146,13 +166,13 @@ def _refused(budget: Budget, window: BudgetWindow | None) -> bool:
 
 
 def budget_usage(*, budget: Budget, at: datetime | None = None) -> BudgetUsage:
-    """Spent (settled) and reserved (open, unexpired) in the window containing ``at``. Reads
+    """Spent (settled) and reserved (open) in the window containing ``at``. Reads
     only: a window with no row yet is read from the ledger."""
     now = at or timezone.now()
     start, end = window_bounds(budget.period, now)
     window = BudgetWindow.objects.filter(budget=budget, window_start=start).first()
     spent = window.spent_usd if window else _ledger_spend(budget, start, end)
-    reserved = _reserved(budget, start, now)
+    reserved = _reserved(budget, start)
     return BudgetUsage(budget, start, end, spent, reserved, _refused(budget, window))
 
 
@@ -224,26 +244,40 @@ class BudgetRefusal:
         return f"{head}."
 
 
-def budget_reserve(*, job: "LlmJob", attempt: int, amount: Decimal) -> BudgetRefusal | None:
-    """Reserve ``amount`` for this attempt against every budget that applies, all or none.
+@dataclass(frozen=True)
+class Reservation:
+    """What ``budget_reserve`` held for one attempt, by one copy of its job. The claim takes it
+    (``job_claim(reservation=...)``); a copy that does not send the call releases it."""
 
-    Returns None when reserved (or no budget applies), else the refusal of the first budget it
-    does not fit: ``wait`` when it would fit once the calls in flight settle, else the budget's
-    ``on_exceed`` (``reject`` or ``defer``).
+    token: uuid.UUID | None
+    """Shared by its rows; None when no budget applied (nothing is held)."""
+    rows: int = 0
+    amount_usd: Decimal = Decimal(0)
+
+
+def budget_reserve(*, job: "LlmJob", attempt: int) -> BudgetRefusal | Reservation:
+    """Reserve this attempt's worst case at today's price against every budget that applies,
+    all or none.
+
+    Returns the ``Reservation`` (its ``token`` None when no budget applies), else the refusal of
+    the first budget it does not fit: ``wait`` when it would fit once the calls in flight
+    settle, else the budget's ``on_exceed`` (``reject`` or ``defer``).
     """
-    from jobs.timeouts import job_timeout_for
+    from ledger.selectors import price_for_model  # imports alerts, which imports this module
 
     budgets = budgets_for(feature=job.feature, user_id=job.user_id)
     if not budgets:
-        return None
+        return Reservation(token=None)
+    price = price_for_model(model=job.model)
+    amount = Decimal(0)
+    if price is not None:
+        amount = upper_bound_cost(
+            price, messages=job.messages, system=job.system, max_tokens=job.max_tokens
+        )
     now = timezone.now()
     bounds = {b.id: window_bounds(b.period, now) for b in budgets}
     for budget in budgets:
         _window_ensure(budget, *bounds[budget.id])
-    expires_at = now + timedelta(seconds=job_timeout_for(job.max_tokens))
-    windows_wanted = Q()
-    for budget in budgets:
-        windows_wanted |= Q(budget_id=budget.id, window_start=bounds[budget.id][0])
     with transaction.atomic():
         # One lock order (window id) for every worker: concurrent reservers queue, never deadlock.
         windows = {
@@ -257,10 +291,21 @@ def budget_reserve(*, job: "LlmJob", attempt: int, amount: Decimal) -> BudgetRef
             )
             .order_by("id")
         }
+        # A reservation of this very attempt that no copy claimed holds nothing any more: its
+        # copy released it when its claim lost, or died before the claim, or is about to claim
+        # and now cannot (a claim needs its own reservation open, ``budget_claim``), since an
+        # attempt number is used again only when that attempt never started. Without this the
+        # job waited on itself (the chaos drill found it, ops/chaos/).
+        BudgetReservation.objects.filter(
+            job=job,
+            attempt=attempt,
+            claimed_at__isnull=True,
+            budget_id__in=[budget.id for budget in budgets],
+        ).delete()
         for budget in budgets:
             start, end = bounds[budget.id]
             window = windows[budget.id]
-            usage = BudgetUsage(budget, start, end, window.spent_usd, _reserved(budget, start, now))
+            usage = BudgetUsage(budget, start, end, window.spent_usd, _reserved(budget, start))
             if usage.spent_usd + usage.reserved_usd + amount <= budget.limit_usd:
                 continue
             if usage.spent_usd + amount <= budget.limit_usd:
@@ -269,17 +314,7 @@ def budget_reserve(*, job: "LlmJob", attempt: int, amount: Decimal) -> BudgetRef
                 action = "defer" if budget.on_exceed == Budget.OnExceed.DEFER else "reject"
                 _alert_exhausted_once(window, usage)
             return BudgetRefusal(action, usage, amount)
-        # An earlier reservation of this very attempt was left by a copy of the job that never
-        # claimed it: released when its claim lost, or open because its worker died before the
-        # claim (an attempt number is used again only when that attempt never started). It
-        # holds nothing any more; without this the unique key refused the job for good (found
-        # by the chaos drill, ops/chaos/).
-        BudgetReservation.objects.filter(
-            Q(settled_at__isnull=True) | Q(settled_usd=0),
-            job=job,
-            attempt=attempt,
-            budget_id__in=[budget.id for budget in budgets],
-        ).delete()
+        token = uuid.uuid4()
         BudgetReservation.objects.bulk_create(
             [
                 BudgetReservation(
@@ -287,34 +322,106 @@ def budget_reserve(*, job: "LlmJob", attempt: int, amount: Decimal) -> BudgetRef
                     window_start=bounds[budget.id][0],
                     job=job,
                     attempt=attempt,
+                    token=token,
                     amount_usd=amount,
-                    expires_at=expires_at,
+                    price=price,
+                    expires_at=NEVER,
                 )
                 for budget in budgets
             ]
         )
-    return None
+    return Reservation(token=token, rows=len(budgets), amount_usd=amount)
 
 
-def budget_release(*, job: "LlmJob", attempt: int) -> None:
-    """Drop the open reservations of an attempt that will not call the provider after all."""
-    BudgetReservation.objects.filter(job=job, attempt=attempt, settled_at__isnull=True).update(
-        settled_at=timezone.now(), settled_usd=Decimal(0)
+def budget_claim(*, reservation: Reservation) -> bool:
+    """Mark the reservation claimed, inside the transaction of the claim that starts its
+    attempt. False when any of its rows was released meanwhile (by the reconciler's sweep or a
+    newer copy's reserve): the caller must roll its claim back, or the call would go out with
+    nothing held. Both sides are conditional updates of the same rows, so exactly one wins."""
+    if reservation.token is None:
+        return True
+    claimed = BudgetReservation.objects.filter(
+        token=reservation.token, settled_at__isnull=True, claimed_at__isnull=True
+    ).update(claimed_at=timezone.now())
+    return claimed == reservation.rows
+
+
+def budget_release(*, reservation: Reservation) -> None:
+    """Drop a reservation whose call will not be sent (its copy lost the claim). Only this
+    reservation's own rows, and never claimed ones: a claimed reservation belongs to the
+    attempt in flight and ends with its ledger row."""
+    if reservation.token is None:
+        return
+    BudgetReservation.objects.filter(
+        token=reservation.token, settled_at__isnull=True, claimed_at__isnull=True
+    ).update(settled_at=timezone.now(), settled_usd=Decimal(0))
+
+
+def budget_release_unclaimed() -> int:
+    """Release the open reservations no copy claimed, older than ``LLM_STALE_AFTER_SECONDS``,
+    whose attempt is not running (the reconciler's pass). Their copy died between reserve and
+    claim, or lost its claim and died before releasing: the call was never sent. A live copy
+    that is merely slow loses nothing but time: its claim then fails (``budget_claim``) and the
+    job is enqueued again. A row of an attempt that is running (a losing copy's, or a legacy
+    row, which carried no claim mark) waits for that attempt to end. Returns how many rows."""
+    from jobs.models import LlmJob  # jobs imports the ledger
+
+    cutoff = timezone.now() - timedelta(seconds=settings.LLM_STALE_AFTER_SECONDS)
+    rows = list(
+        BudgetReservation.objects.filter(
+            settled_at__isnull=True, claimed_at__isnull=True, created_at__lt=cutoff
+        ).values_list("id", "job_id", "attempt")[:SWEEP_BATCH]
     )
+    if not rows:
+        return 0
+    running = dict(
+        LlmJob.objects.filter(
+            id__in={job_id for _, job_id, _ in rows}, status=LlmJob.Status.RUNNING
+        ).values_list("id", "attempts")
+    )
+    released = 0
+    now = timezone.now()
+    for reservation_id, job_id, attempt in rows:
+        if running.get(job_id) == attempt:
+            continue
+        released += BudgetReservation.objects.filter(
+            id=reservation_id, settled_at__isnull=True, claimed_at__isnull=True
+        ).update(settled_at=now, settled_usd=Decimal(0))
+    if released:
+        logger.warning("released %s budget reservations no worker claimed", released)
+    return released
+
+
+def budget_reserved_price(*, job: "LlmJob", attempt: int) -> ModelPrice | None:
+    """The price this attempt's claimed reservation was computed with (None without one): the
+    attempt is booked with it, so a price edited during the call cannot pass what was held."""
+    reservation = (
+        BudgetReservation.objects.filter(
+            job=job, attempt=attempt, claimed_at__isnull=False, price__isnull=False
+        )
+        .select_related("price")
+        .order_by("id")
+        .first()
+    )
+    return reservation.price if reservation else None
 
 
 def budget_settle(*, entry: CostEntry, job: "LlmJob") -> None:
     """Book a ledger row into the budget windows it belongs to. Called by ``ledger/services.py``
     inside the transaction that writes the row, so windows always equal the ledger.
 
-    The attempt's open reservations are settled to the row's cost, in the windows they were
-    taken in; a row with no reservation (a correction, or a budget created while the call was
-    out) counts in the window its attempt's reservation was in, or else the current one.
+    The attempt's claimed reservations (and legacy rows, which carried no claim mark) are
+    settled to the row's cost, in the windows they were taken in; a row with no reservation (a
+    correction, or a budget created while the call was out) counts in the window its attempt's
+    reservation was in, or else the current one. Every budget of the scope counts it, enabled
+    or not: a window equals the ledger whatever happened to ``enabled``.
     """
     now = timezone.now()
     touched: set[tuple[int, datetime]] = set()
     reservations = list(
-        BudgetReservation.objects.filter(job=job, attempt=entry.attempt).order_by("budget_id")
+        BudgetReservation.objects.filter(job=job, attempt=entry.attempt)
+        .filter(Q(claimed_at__isnull=False) | Q(token__isnull=True))
+        .order_by("budget_id")
     )
     by_budget = {r.budget_id: r for r in reservations}
     for reservation in reservations:
@@ -322,7 +429,8 @@ def budget_settle(*, entry: CostEntry, job: "LlmJob") -> None:
             BudgetReservation.objects.filter(id=reservation.id, settled_at__isnull=True).update(
                 settled_at=now, settled_usd=entry.cost_usd
             )
-    for budget in budgets_for(feature=entry.feature, user_id=entry.user_id):
+    scope = budgets_for(feature=entry.feature, user_id=entry.user_id, include_disabled=True)
+    for budget in scope:
         held = by_budget.get(budget.id)
         start, end = window_bounds(budget.period, held.window_start if held else now)
         windows = BudgetWindow.objects.filter(budget=budget, window_start=start)
@@ -340,7 +448,8 @@ def budget_settle(*, entry: CostEntry, job: "LlmJob") -> None:
                     )
             except IntegrityError:
                 windows.update(spent_usd=F("spent_usd") + entry.cost_usd)
-        touched.add((budget.id, start))
+        if budget.enabled:  # a disabled budget keeps count but sends no alert
+            touched.add((budget.id, start))
     for budget_id, start in sorted(touched):
         window = BudgetWindow.objects.select_related("budget", "budget__user").get(
             budget_id=budget_id, window_start=start

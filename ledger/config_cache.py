@@ -1,4 +1,4 @@
-"""The price table and the enabled budgets, kept in each process and read again only when one of
+"""The price table and the budgets, kept in each process and read again only when one of
 them changes: every submit and every attempt asked the database for both (a submit twice, an
 attempt four times), though they change a few times a month.
 
@@ -56,7 +56,8 @@ class Snapshot:
     """Every price row of each model, the latest ``effective_from`` first."""
     budgets_by_feature: dict[str, list[Budget]] = field(default_factory=dict)
     budgets_by_user: dict[int, list[Budget]] = field(default_factory=dict)
-    """The enabled budgets (with their user) by scope, each list in id order."""
+    """Every budget, enabled or not (with its user), by scope, each list in id order: a
+    disabled budget still counts spend (ledger/budgets.py ``budget_settle``)."""
 
     def price_at(self, model: str, at: datetime) -> ModelPrice | None:
         for price in self.prices.get(model, ()):
@@ -64,10 +65,14 @@ class Snapshot:
                 return price
         return None
 
-    def budgets_for(self, feature: str, user_id: int | None) -> list[Budget]:
+    def budgets_for(
+        self, feature: str, user_id: int | None, *, include_disabled: bool = False
+    ) -> list[Budget]:
         found = list(self.budgets_by_feature.get(feature, ()))
         if user_id is not None:
             found += self.budgets_by_user.get(user_id, ())
+        if not include_disabled:
+            found = [budget for budget in found if budget.enabled]
         return sorted(found, key=lambda budget: budget.id)
 
 
@@ -136,7 +141,7 @@ def _load(token: str) -> Snapshot:
         prices.setdefault(price.model, []).append(price)
     by_feature: dict[str, list[Budget]] = {}
     by_user: dict[int, list[Budget]] = {}
-    for budget in Budget.objects.filter(enabled=True).select_related("user").order_by("id"):
+    for budget in Budget.objects.select_related("user").order_by("id"):
         if budget.scope == Budget.Scope.FEATURE:
             by_feature.setdefault(budget.feature, []).append(budget)
         elif budget.user_id is not None:

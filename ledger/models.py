@@ -317,16 +317,36 @@ class BudgetWindow(models.Model):
 
 
 class BudgetReservation(models.Model):
-    """The worst case of one attempt held against one budget window until its ledger row settles
-    it. One that is never settled (a worker that died) stops counting at ``expires_at``."""
+    """The worst case of one attempt held against one budget window until the attempt ends.
+
+    A reservation ends only by settlement (its attempt's ledger row, written by the worker or by
+    the reconciler's ``job_recover``) or by release (the call is known not to have been sent:
+    its copy lost the claim, or never claimed and is gone); never by a clock. The rows one
+    ``budget_reserve`` call creates (one per budget) share a ``token``; the claim that starts
+    the attempt marks them ``claimed_at``, in the claim's transaction."""
 
     budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="reservations")
     window_start = models.DateTimeField()
     job = models.ForeignKey("jobs.LlmJob", on_delete=models.CASCADE, related_name="+")
     attempt = models.PositiveIntegerField()
+    token = models.UUIDField(
+        null=True, blank=True, help_text="Shared by the rows of one reservation (null: legacy)."
+    )
     amount_usd = models.DecimalField(max_digits=16, decimal_places=6)
+    price = models.ForeignKey(
+        ModelPrice,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The price the worst case was computed with; the attempt is booked with it.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField()
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(
+        help_text="Unused: read only by the release before this one, which counted a "
+        "reservation until then (written as never). To be dropped in the next release."
+    )
     settled_at = models.DateTimeField(null=True, blank=True)
     settled_usd = models.DecimalField(max_digits=16, decimal_places=6, null=True, blank=True)
 
@@ -337,11 +357,11 @@ class BudgetReservation(models.Model):
                 name="reservation_open",
             ),
             models.Index(fields=["job", "attempt"], name="reservation_job_attempt"),
-        ]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["budget", "job", "attempt"], name="one_reservation_per_attempt"
-            )
+            models.Index(fields=["token"], name="reservation_token"),
+            # The reconciler's sweep of reservations whose copy never claimed its attempt.
+            models.Index(
+                fields=["settled_at", "claimed_at", "created_at"], name="reservation_sweep"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -5,7 +5,8 @@ job transition that ends the attempt, in the same transaction. The ledger is app
 result that shows what an estimated attempt really cost is booked as one ``correction`` row whose
 ``cost_usd`` is the difference, so the sum of a job's rows is always what it cost.
 
-- A success is priced exactly, at the rate in force when the attempt ran.
+- A success is priced exactly, at the rate in force when the attempt ran (the rate its budget
+  reservation used, when it has one).
 - An error response costs nothing; a request that never left costs nothing.
 - An attempt of unknown outcome (read timeout, dropped connection, worker lost, a 2xx whose body
   could not be read) is booked at its upper bound: the provider may have done and billed it.
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from ledger.budgets import budget_settle
+from ledger.budgets import budget_reserved_price, budget_settle
 from ledger.models import CostEntry, ModelPrice
 from ledger.pricing import attempt_cost, upper_bound_cost
 from ledger.selectors import price_for_model
@@ -51,7 +52,8 @@ class AttemptRecord:
 
 
 def job_upper_bound_cost(*, job: "LlmJob") -> Decimal:
-    """The most one attempt of this job can cost at today's price (0 without a price)."""
+    """The most one attempt of this job can cost at today's price (0 without a price); what
+    ``budget_reserve`` holds for it."""
     price = price_for_model(model=job.model)
     if price is None:
         return Decimal(0)
@@ -62,8 +64,10 @@ def job_upper_bound_cost(*, job: "LlmJob") -> Decimal:
 
 def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRecord) -> CostEntry:
     """Book one attempt. Call inside the transaction of the job's transition."""
-    # The price in force when this attempt ran, not when the job first started.
-    price = price_for_model(model=job.model)
+    # The price its budget reservation was computed with when this attempt started (so a price
+    # edited during the call cannot book more than was held), else the price in force now:
+    # either way the rate of this attempt, not of the job's first.
+    price = budget_reserved_price(job=job, attempt=attempt) or price_for_model(model=job.model)
     estimated = False
     if record.outcome == CostEntry.Outcome.SUCCESS:
         cost = attempt_cost(price, record.usage) if price else Decimal(0)

@@ -3,7 +3,7 @@ submit, and alert once per window. MariaDB, Redis and the fake provider are real
 
 import threading
 from datetime import timedelta
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 from typing import Any
 
 import django_rq
@@ -14,7 +14,13 @@ from django.utils import timezone
 from alerts.models import Alert, FailureRecord
 from jobs.models import LlmJob
 from jobs.runner import job_run
-from ledger.budgets import budget_release, budget_reserve, budget_usage, window_bounds
+from ledger.budgets import (
+    Reservation,
+    budget_release,
+    budget_reserve,
+    budget_usage,
+    window_bounds,
+)
 from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry
 from ledger.services import job_upper_bound_cost
 from llmops.queues import LLM_QUEUE
@@ -254,9 +260,10 @@ def test_an_attempt_reserved_by_a_copy_that_never_claimed_it_is_reserved_again(
     an attempt an earlier copy had reserved without claiming it, and the job never ran again."""
     budget = feature_budget(limit_usd=Decimal("10"))
     job = submit(alice_client, feature=FEATURE, max_tokens=16)
-    assert budget_reserve(job=job, attempt=1, amount=job_upper_bound_cost(job=job)) is None
+    reservation = budget_reserve(job=job, attempt=1)
+    assert isinstance(reservation, Reservation) and reservation.token is not None
     if earlier_copy == "released it":
-        budget_release(job=job, attempt=1)
+        budget_release(reservation=reservation)
 
     workers.drain()
 
@@ -265,3 +272,42 @@ def test_an_attempt_reserved_by_a_copy_that_never_claimed_it_is_reserved_again(
     (reservation,) = BudgetReservation.objects.filter(job=job)
     assert reservation.attempt == 1 and reservation.settled_usd == job.cost_usd
     assert budget_usage(budget=budget).reserved_usd == 0
+
+
+def test_spend_booked_while_a_budget_was_disabled_counts_once_it_is_enabled_again(
+    alice_client, workers, fake_provider
+):
+    """Issue 18, fault 3: the window missed what was spent while its budget was disabled, so
+    enabled again it admitted spend the ledger already counted (window 0.020020, ledger
+    0.030030, limit 0.025, and the next job ran)."""
+    bound = one_job_bound(alice_client)
+    budget = feature_budget(limit_usd=Decimal("10"))
+    for _ in range(2):
+        submit(alice_client, feature=FEATURE, max_tokens=16)
+    workers.drain()
+    budget.enabled = False
+    budget.save()
+    while_disabled = submit(alice_client, feature=FEATURE, max_tokens=16)
+    workers.drain()
+    while_disabled.refresh_from_db()
+    assert while_disabled.status == "completed" and while_disabled.cost_usd > 0
+    ledger = sum(
+        CostEntry.objects.filter(feature=FEATURE).values_list("cost_usd", flat=True), Decimal(0)
+    )
+
+    # Enabled again, with room for a worst case only if the disabled spend were forgotten.
+    budget.enabled = True
+    budget.limit_usd = (ledger + bound - while_disabled.cost_usd / 2).quantize(
+        Decimal("0.000001"), rounding=ROUND_DOWN
+    )
+    budget.save()
+    assert BudgetWindow.objects.get(budget=budget).spent_usd == ledger
+    assert budget_usage(budget=budget).spent_usd == ledger
+
+    requests = fake_provider.stats()["requests"]
+    job = submit(alice_client, feature=FEATURE, max_tokens=16)
+    workers.drain()
+    job.refresh_from_db()
+    assert job.status == "failed" and job.error_code == "budget_exceeded" and job.attempts == 0
+    assert fake_provider.stats()["requests"] == requests
+    assert BudgetWindow.objects.get(budget=budget).spent_usd == ledger <= budget.limit_usd
