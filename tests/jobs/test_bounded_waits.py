@@ -13,6 +13,7 @@ from typing import Any
 import django_rq
 import pytest
 from django.conf import settings as django_settings
+from django_rq.workers import get_worker
 from rq import Worker
 from rq.command import send_shutdown_command
 from rq.job import JobStatus
@@ -43,6 +44,15 @@ def test_every_queue_client_has_socket_timeouts_and_a_worker_idles_past_them(
         kwargs = client.connection_pool.connection_kwargs
         assert kwargs["socket_timeout"] == settings.LLM_REDIS_SOCKET_TIMEOUT
         assert kwargs["socket_connect_timeout"] == settings.LLM_REDIS_CONNECT_TIMEOUT
+    # The thread-pool worker keeps them (it blocks on the queue a second at a time); rq raises
+    # the forking worker's own to cover its blocking dequeue of minutes.
+    settings.LLM_WORKER_CONCURRENCY = 4
+    threaded = get_worker(LLM_QUEUE).connection.connection_pool.connection_kwargs
+    assert threaded["socket_timeout"] == settings.LLM_REDIS_SOCKET_TIMEOUT
+    forking = get_worker("default", "alerts")
+    assert forking.connection.connection_pool.connection_kwargs["socket_timeout"] > (
+        forking.dequeue_timeout
+    )
     # The channel layer keeps none: a quiet WebSocket's receive blocks for as long as it is quiet.
     assert "socket_timeout" not in str(django_settings.CHANNEL_LAYERS)
 
