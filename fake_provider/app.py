@@ -36,7 +36,10 @@ order given (rates adding up to more than 1 cut the later ones). An injected 429
 the 400 "Your credit balance is too low". ``garbage`` answers 200 with a non-JSON body
 (``text/html``, a proxy's error page) and is billed like a success. A ``timeout``
 holds the request until the client goes away; if the server shuts down first, the connection
-is cut after a 200 head (as a drop) instead of answering.
+is cut after a 200 head (as a drop) instead of answering. A ``trickle`` sends the 200 head at
+once, then its body one byte every ``TRICKLE_INTERVAL_SECONDS``: a read timeout never fires, only
+a deadline on the whole call ends it (billed; a client that goes away first counts under
+``timed_out``, a body sent to its end under ``by_status``).
 
 Prompt caching: the prefix up to the last block with ``cache_control`` is written the first
 time (per model) and read on a repeat within its ttl (a read refreshes the ttl). Earlier
@@ -69,6 +72,7 @@ from .responses import (
     should_retry,
 )
 from .state import (
+    TRICKLE_INTERVAL_SECONDS,
     FakeProviderState,
     parse_faults,
     parse_latency,
@@ -79,7 +83,12 @@ from .state import (
 __all__ = ["FakeAnthropicApp", "FakeServer", "build_server", "create_app"]
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # the Messages API limit
-_BILLED_AS = {"timeout": "timed_out", "drop": "dropped", "garbage": "garbage"}
+_BILLED_AS = {
+    "timeout": "timed_out",
+    "drop": "dropped",
+    "garbage": "garbage",
+    "trickle": "trickled",
+}
 """How a billed call ended, for the billing log, by the fault drawn for it (none: answered)."""
 
 Scope = dict[str, Any]
@@ -333,6 +342,12 @@ class FakeAnthropicApp:
         if fault == "drop":
             state.count_dropped(epoch)
             return await self._cut(send, body_out, request_id, len(body_out) // 2)
+        if fault == "trickle":
+            if await self._trickle(send, receive, body_out, [("request-id", request_id)]):
+                state.count_status(200, epoch)
+            else:
+                state.count_timed_out(epoch)
+            return
         if fault == "garbage":
             state.count_status(200, epoch)
             return await _send(
@@ -357,6 +372,38 @@ class FakeAnthropicApp:
         for task in pending:
             task.cancel()
         return waits[0] in done
+
+    async def _trickle(self, send: Send, receive: Receive, body: bytes, headers: Headers) -> bool:
+        """A 200 head, then the body a byte at a time; True once it was all sent, False when the
+        client went away (or the server shut down) first."""
+        raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        raw += [(k.encode(), v.encode()) for k, v in headers]
+        await send({"type": "http.response.start", "status": 200, "headers": raw})
+
+        async def gone() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        ends = [asyncio.ensure_future(gone()), asyncio.ensure_future(self.closing.wait())]
+        try:
+            for index in range(len(body)):
+                last = index == len(body) - 1
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": body[index : index + 1],
+                        "more_body": not last,
+                    }
+                )
+                if last:
+                    return True
+                done, _ = await asyncio.wait(ends, timeout=TRICKLE_INTERVAL_SECONDS)
+                if done:
+                    return False
+            return True
+        finally:
+            for task in ends:
+                task.cancel()
 
     @staticmethod
     async def _cut(send: Send, body: bytes, request_id: str, keep: int) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 __all__ = [
     "FAULT_CODES",
+    "TRICKLE_INTERVAL_SECONDS",
     "PRICES",
     "Config",
     "FakeProviderState",
@@ -52,8 +53,10 @@ CACHE_TTLS = {"5m": 300.0, "1h": 3600.0}
 
 FAULT_CODES = (
     "400", "401", "403", "404", "409", "413", "429", "500", "502", "503", "504", "529",
-    "spendcap", "credit", "context", "usagelimit", "timeout", "drop", "garbage",
+    "spendcap", "credit", "context", "usagelimit", "timeout", "drop", "garbage", "trickle",
 )  # fmt: skip
+TRICKLE_INTERVAL_SECONDS = 1.0
+"""A ``trickle`` answer sends one byte of its body this often: no read timeout ever fires."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ import anthropic
 import httpx2
 from django.conf import settings
 
+from jobs.call_deadline import CallDeadline, install
+
 __all__ = ["ProviderOutcome", "UnreadableResponse", "call_messages", "get_client", "warm_up"]
 
 logger = logging.getLogger(__name__)
@@ -54,12 +56,15 @@ class ProviderOutcome:
 
 @functools.lru_cache(maxsize=8)
 def get_client(base_url: str, read_timeout: float, connect_timeout: float) -> anthropic.Anthropic:
-    return anthropic.Anthropic(
+    client = anthropic.Anthropic(
         api_key=settings.ANTHROPIC_API_KEY or FAKE_PROVIDER_KEY,
         base_url=base_url,
         max_retries=0,
         timeout=anthropic.Timeout(read_timeout, connect=connect_timeout),
     )
+    # Every call's sockets wait at most until its deadline (jobs/call_deadline.py).
+    install(client._client)
+    return client
 
 
 # An answer as the Messages API gives it, every usage field included: parsing it once in the
@@ -152,12 +157,25 @@ def _usage(usage: Any) -> dict[str, int]:
     }
 
 
-def _transport_failure(exc: BaseException, started: float) -> ProviderOutcome:
+def _transport_failure(
+    exc: BaseException, started: float, deadline: CallDeadline | None = None
+) -> ProviderOutcome:
     """Tell a request that never left (safe) from one whose outcome is unknown (maybe billed)."""
     cause = exc.__cause__ if isinstance(exc, anthropic.APIConnectionError) else exc
     latency = int((time.monotonic() - started) * 1000)
     if isinstance(cause, (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)):
         return ProviderOutcome("connection_error", latency, message=f"{type(cause).__name__}")
+    if deadline is not None and (deadline.passed() or deadline.was_cut):
+        # Booked as a read timeout (unknown outcome, upper bound), with its own message.
+        return ProviderOutcome(
+            "read_timeout",
+            latency,
+            message=(
+                f"Deadline exceeded: the call was cut off after {latency / 1000:.1f} s (its "
+                f"deadline: {deadline.seconds:g} s) while the provider was still sending: "
+                "outcome unknown"
+            ),
+        )
     if isinstance(exc, anthropic.APITimeoutError) or isinstance(cause, httpx2.TimeoutException):
         return ProviderOutcome("read_timeout", latency, message="Read timeout: outcome unknown")
     return ProviderOutcome(
@@ -168,7 +186,26 @@ def _transport_failure(exc: BaseException, started: float) -> ProviderOutcome:
 
 
 def call_messages(
-    *, body: dict[str, Any], job_id: str, read_timeout: float | None = None
+    *,
+    body: dict[str, Any],
+    job_id: str,
+    read_timeout: float | None = None,
+    deadline: CallDeadline | None = None,
+) -> ProviderOutcome:
+    """One Messages API call; with a ``deadline``, it ends by then whatever the provider sends
+    (jobs/call_deadline.py)."""
+    if deadline is None:
+        return _call(body=body, job_id=job_id, read_timeout=read_timeout, deadline=None)
+    with deadline:
+        return _call(body=body, job_id=job_id, read_timeout=read_timeout, deadline=deadline)
+
+
+def _call(
+    *,
+    body: dict[str, Any],
+    job_id: str,
+    read_timeout: float | None,
+    deadline: CallDeadline | None,
 ) -> ProviderOutcome:
     client = get_client(
         settings.ANTHROPIC_BASE_URL,
@@ -199,7 +236,7 @@ def call_messages(
             rate_limit_headers=_rate_limit_headers(exc.response.headers),
         )
     except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
-        return _transport_failure(exc, started)
+        return _transport_failure(exc, started, deadline)
     if not isinstance(message, anthropic.types.Message):
         # The SDK hands back the raw text of a body that is not JSON (a proxy's HTML page): say
         # so plainly; the runner books the attempt as an unexpected error and retries it.

@@ -22,6 +22,7 @@ from redis.exceptions import LockError, RedisError
 
 from jobs import provider
 from jobs.breaker import breaker_close, breaker_gate
+from jobs.call_deadline import CallDeadline
 from jobs.concurrency_keys import slot_acquire, slot_extend, slot_release
 from jobs.models import LlmJob
 from jobs.retry_policy import classify
@@ -35,11 +36,11 @@ from jobs.services import (
     job_complete,
     job_hold,
 )
-from jobs.timeouts import read_timeout_for
+from jobs.timeouts import call_deadline_for, job_timeout_for, read_timeout_for
 from ledger.budgets import BudgetRefusal, budget_release, budget_reserve
 from ledger.models import CostEntry
 from ledger.services import AttemptRecord
-from llmops.db_connections import release_connection
+from llmops.db_connections import release_connection, slot_wait_limit
 from llmops.logs import bind_log_context, log_context
 from llmops.queues import LLM_QUEUE, job_lock_key
 from llmops.redis_clients import queue_connection
@@ -65,16 +66,30 @@ def _lock_ttl() -> int:
 
 
 class _Heartbeat:
-    """Keeps the job's lock alive and its ``heartbeat_at`` fresh for the whole call.
+    """Keeps the job's lock alive, its concurrency slot and its ``heartbeat_at`` fresh while the
+    attempt may rightly run, and not a moment longer: until ``until`` (monotonic), which is the
+    call's deadline while the call runs, then the end of the recording of its result
+    (``hold_until``). Past it the beats stop, so that a thread stuck beyond every deadline loses
+    its claim and the reconciler takes the job over; at the call's deadline it also cuts the
+    call off at its sockets (jobs/call_deadline.py), as a backstop to the call's own bound.
 
     It runs on its own thread, so the lock must not keep its token in a thread-local (redis-py's
     default: ``reacquire()`` from another thread then fails with AttributeError). Any error in a
     beat (Redis or the database briefly gone, anything else) is logged and the next beat runs.
     """
 
-    def __init__(self, job_id: UUID, lock: Any, concurrency_key: str = "") -> None:
+    def __init__(
+        self,
+        job_id: UUID,
+        lock: Any,
+        concurrency_key: str = "",
+        deadline: CallDeadline | None = None,
+    ) -> None:
         self.job_id, self.lock, self.concurrency_key = job_id, lock, concurrency_key
+        self.deadline = deadline
+        self.until = deadline.ends_at if deadline is not None else math.inf
         self.stopped = threading.Event()
+        self._wake = threading.Event()
         self.beats = 0
         # Started in the job's log context: its lines carry the job's fields too.
         self.thread = threading.Thread(
@@ -90,14 +105,53 @@ class _Heartbeat:
 
     def __exit__(self, *exc: object) -> None:
         self.stopped.set()
+        self._wake.set()
         self.thread.join(timeout=10)
 
+    def hold_until(self, until: float) -> None:
+        """Keep the claim until ``until`` (monotonic) instead: the call has ended, and its
+        result is being recorded."""
+        self.until = until
+        self._wake.set()
+
     def _run(self) -> None:
+        interval = settings.LLM_HEARTBEAT_SECONDS
+        next_beat = time.monotonic() + interval
+        passed: float | None = None
         try:
-            while not self.stopped.wait(settings.LLM_HEARTBEAT_SECONDS):
-                self.beat()
+            while not self.stopped.is_set():
+                now, until = time.monotonic(), self.until
+                if now >= until:
+                    if passed != until:
+                        passed = until
+                        self._past(until)
+                    self._wake.wait()
+                elif now >= next_beat:
+                    self.beat()
+                    next_beat = time.monotonic() + interval
+                    continue
+                else:
+                    self._wake.wait(min(next_beat, until) - now)
+                self._wake.clear()
         finally:
             connection.close()
+
+    def _past(self, until: float) -> None:
+        if self.deadline is not None and until == self.deadline.ends_at:
+            cut = self.deadline.cut()
+            logger.warning(
+                "job %s: its call passed its deadline of %g s%s; its lock, slot and heartbeat "
+                "are no longer extended",
+                self.job_id,
+                self.deadline.seconds,
+                ": cut off at its sockets" if cut else "",
+            )
+        else:
+            logger.warning(
+                "job %s: recording its result passed its bound; its lock, slot and heartbeat "
+                "are no longer extended",
+                self.job_id,
+            )
 
     def beat(self) -> None:
         try:
@@ -114,9 +168,12 @@ class _Heartbeat:
             except Exception:
                 logger.exception("job %s: heartbeat could not extend its slot", self.job_id)
         try:
-            LlmJob.objects.filter(id=self.job_id, status=LlmJob.Status.RUNNING).update(
-                heartbeat_at=timezone.now()
-            )
+            # A beat waits for a database slot no longer than a beat: the next one must
+            # extend the lock in time (llmops/db_connections.py).
+            with slot_wait_limit(settings.LLM_HEARTBEAT_SECONDS):
+                LlmJob.objects.filter(id=self.job_id, status=LlmJob.Status.RUNNING).update(
+                    heartbeat_at=timezone.now()
+                )
         except Exception:
             logger.exception("job %s: heartbeat could not reach the database", self.job_id)
             close_old_connections()
@@ -136,6 +193,7 @@ def job_run(*, job_id: str, rq_job_id: str | None = None) -> str:
 
 
 def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
+    started = time.monotonic()
     redis = queue_connection(LLM_QUEUE)
     lock = redis.lock(job_lock_key(job_id), timeout=_lock_ttl(), blocking=False, thread_local=False)
     if not lock.acquire(blocking=False):
@@ -164,8 +222,17 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
                         reason="its concurrency_key is taken by other running jobs",
                     )
                     return "key_busy"
-                return _start(waiting, attempt=attempt, rq_job_id=rq_job_id, gate=gate, lock=lock)
-        return _start(waiting, attempt=attempt, rq_job_id=rq_job_id, gate=gate, lock=lock)
+                return _start(
+                    waiting,
+                    attempt=attempt,
+                    rq_job_id=rq_job_id,
+                    gate=gate,
+                    lock=lock,
+                    started=started,
+                )
+        return _start(
+            waiting, attempt=attempt, rq_job_id=rq_job_id, gate=gate, lock=lock, started=started
+        )
     finally:
         try:
             lock.release()
@@ -189,7 +256,15 @@ def _concurrency_slot(job: LlmJob) -> Iterator[bool]:
                 logger.warning("job %s: its concurrency slot will free itself at lease end", job_id)
 
 
-def _start(waiting: LlmJob, *, attempt: int, rq_job_id: str | None, gate: str, lock: Any) -> str:
+def _start(
+    waiting: LlmJob,
+    *,
+    attempt: int,
+    rq_job_id: str | None,
+    gate: str,
+    lock: Any,
+    started: float,
+) -> str:
     """Reserve, claim and run one attempt of a job that may start now."""
     job_id = str(waiting.id)
     # A slot of the shared rate limiter first (ratelimits/): a job that would wait longer than
@@ -218,72 +293,113 @@ def _start(waiting: LlmJob, *, attempt: int, rq_job_id: str | None, gate: str, l
         rate_limit_release(grant)
         logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
         return "skipped"
-    return _attempt(job, probe=gate == "probe", lock=lock, grant=grant)
+    return _attempt(job, probe=gate == "probe", lock=lock, grant=grant, started=started)
 
 
-def _attempt(job: LlmJob, *, probe: bool, lock: Any, grant: RateLimitGrant | None = None) -> str:
-    try:
-        release_connection()  # no connection is held while the provider answers
-        with _Heartbeat(job.id, lock, job.concurrency_key):
+def _attempt(
+    job: LlmJob,
+    *,
+    probe: bool,
+    lock: Any,
+    grant: RateLimitGrant | None = None,
+    started: float | None = None,
+) -> str:
+    release_connection()  # no connection is held while the provider answers
+    deadline = CallDeadline(call_deadline_for(job.max_tokens))
+    record = _RecordWindow(job=job, started=time.monotonic() if started is None else started)
+    with _Heartbeat(job.id, lock, job.concurrency_key, deadline) as heartbeat:
+        try:
             if grant is not None:
                 rate_limit_sent(grant)
-            outcome = provider.call_messages(
-                body=job.provider_request(),
-                job_id=str(job.id),
-                read_timeout=read_timeout_for(job.max_tokens),
-            )
-        if grant is not None:
-            rate_limit_settle(grant, outcome)
-        bind_log_context(provider_request_id=outcome.request_id)
-        if outcome.kind == "success":
-            _persist(
-                lambda: job_complete(
-                    job_id=job.id,
-                    attempt=job.attempts,
-                    result=SuccessResult(
-                        text=outcome.text,
-                        stop_reason=outcome.stop_reason,
-                        usage=outcome.usage,
-                        http_status=outcome.http_status,
-                        request_id=outcome.request_id,
-                        latency_ms=outcome.latency_ms,
+            try:
+                outcome = provider.call_messages(
+                    body=job.provider_request(),
+                    job_id=str(job.id),
+                    read_timeout=read_timeout_for(job.max_tokens),
+                    deadline=deadline,
+                )
+            finally:
+                # The call is over (answered, failed or cut off at its deadline): the claim
+                # holds while its result is recorded, and no longer.
+                heartbeat.hold_until(record.until())
+            if grant is not None:
+                rate_limit_settle(grant, outcome)
+            bind_log_context(provider_request_id=outcome.request_id)
+            if outcome.kind == "success":
+                _persist(
+                    lambda: job_complete(
+                        job_id=job.id,
+                        attempt=job.attempts,
+                        result=SuccessResult(
+                            text=outcome.text,
+                            stop_reason=outcome.stop_reason,
+                            usage=outcome.usage,
+                            http_status=outcome.http_status,
+                            request_id=outcome.request_id,
+                            latency_ms=outcome.latency_ms,
+                        ),
                     ),
+                    until=record.until(),
                 )
+                if probe:
+                    breaker_close(reason=f"probe call succeeded (job {job.id})")
+            else:
+                _persist(
+                    lambda: job_attempt_failed(
+                        job_id=job.id, attempt=job.attempts, failure=failure_from_outcome(outcome)
+                    ),
+                    until=record.until(),
+                )
+            return outcome.kind
+        except Exception as exc:
+            # Whatever broke (a 200 whose body is not JSON, a bug in our own code), the attempt
+            # is booked and the job goes through the retry policy with the real cause: never
+            # left running.
+            logger.exception("job %s attempt %s raised", job.id, job.attempts)
+            heartbeat.hold_until(record.until())
+            cause = f"{type(exc).__name__}: {exc}"
+            failure = AttemptFailure(
+                classification=classify(kind="unexpected_error"),
+                record=AttemptRecord(
+                    outcome=CostEntry.Outcome.ERROR,
+                    error_type=type(exc).__name__,
+                    message=f"Unexpected error during the attempt: {cause}"[:2000],
+                    # The request may have reached the provider and been billed.
+                    maybe_billed=True,
+                ),
             )
-            if probe:
-                breaker_close(reason=f"probe call succeeded (job {job.id})")
-        else:
             _persist(
-                lambda: job_attempt_failed(
-                    job_id=job.id, attempt=job.attempts, failure=failure_from_outcome(outcome)
-                )
+                lambda: job_attempt_failed(job_id=job.id, attempt=job.attempts, failure=failure),
+                until=record.until(),
             )
-        return outcome.kind
-    except Exception as exc:
-        # Whatever broke (a 200 whose body is not JSON, a bug in our own code), the attempt is
-        # booked and the job goes through the retry policy with the real cause: never left
-        # running.
-        logger.exception("job %s attempt %s raised", job.id, job.attempts)
-        cause = f"{type(exc).__name__}: {exc}"
-        failure = AttemptFailure(
-            classification=classify(kind="unexpected_error"),
-            record=AttemptRecord(
-                outcome=CostEntry.Outcome.ERROR,
-                error_type=type(exc).__name__,
-                message=f"Unexpected error during the attempt: {cause}"[:2000],
-                # The request may have reached the provider and been billed.
-                maybe_billed=True,
-            ),
-        )
-        _persist(lambda: job_attempt_failed(job_id=job.id, attempt=job.attempts, failure=failure))
-        return "error"
+            return "error"
 
 
-def _persist(write: Callable[[], T]) -> T:
+class _RecordWindow:
+    """How long recording an attempt's result may take: ``LLM_RECORD_RETRY_SECONDS`` from the
+    call's end, and never past a margin before the RQ job timeout, where a forking worker's work
+    horse is killed. The heartbeat holds the job's claim for exactly this long, so that nothing
+    takes the job over while its paid answer waits for the database."""
+
+    def __init__(self, *, job: LlmJob, started: float) -> None:
+        self.rq_ends_at = started + job_timeout_for(job.max_tokens)
+        self._until: float | None = None
+
+    def until(self) -> float:
+        if self._until is None:
+            self._until = min(
+                time.monotonic() + settings.LLM_RECORD_RETRY_SECONDS,
+                self.rq_ends_at - settings.LLM_JOB_TIMEOUT_MARGIN / 2,
+            )
+        return self._until
+
+
+def _persist(write: Callable[[], T], *, until: float | None = None) -> T:
     """Run a recording transition, riding out a short database outage: a paid result is not
-    thrown away because the database blinked. Gives up after ``LLM_RECORD_RETRY_SECONDS``; the
-    reconciler then recovers the attempt as of unknown outcome."""
-    deadline = time.monotonic() + settings.LLM_RECORD_RETRY_SECONDS
+    thrown away because the database blinked. Gives up at ``until`` (monotonic; by default
+    ``LLM_RECORD_RETRY_SECONDS`` from now); the reconciler then recovers the attempt as of
+    unknown outcome."""
+    deadline = until if until is not None else time.monotonic() + settings.LLM_RECORD_RETRY_SECONDS
     delay = 0.5
     while True:
         try:

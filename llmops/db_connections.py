@@ -12,10 +12,15 @@ worker closes a job thread's connections when its job ends.
 
 Waiting for a slot cannot deadlock: a thread only waits while it holds no connection at all, so
 it holds no row lock and no transaction; every slot holder is doing database work it will
-finish, then close. A thread that already holds a slot never waits: a second connection it opens
-for a moment (ops/counters.py makes a missing counter row on a connection of its own, in the
-middle of a transaction) rides on its slot, so the server may see one more connection for each
-thread doing that at the moment.
+finish, then close. It is bounded all the same (``LLM_WORKER_DB_SLOT_WAIT_SECONDS``, shorter for
+a caller that says so with ``slot_wait_limit``): a slot held by a thread stuck on a dead link
+must not stop every other job, so a thread that waits that long gets ``ConnectionSlotTimeout``,
+a ``DatabaseError`` its caller handles as a database outage.
+
+A thread that already holds a slot never waits: a second connection it opens for a moment
+(ops/counters.py makes a missing counter row on a connection of its own, in the middle of a
+transaction) rides on its slot, so the server may see one more connection for each thread doing
+that at the moment.
 
 Nothing is installed in the web process, the forking workers or the commands, where
 ``release_connection`` does nothing and connections are reused as usual.
@@ -23,11 +28,20 @@ Nothing is installed in the web process, the forking workers or the commands, wh
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from django.db import connections
+from django.conf import settings
+from django.db import OperationalError, connections
 
-__all__ = ["install", "release_connection", "slots_in_use"]
+__all__ = [
+    "ConnectionSlotTimeout",
+    "install",
+    "release_connection",
+    "slot_wait_limit",
+    "slots_in_use",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +55,23 @@ _wrapped: set[type] = set()
 _open_by_thread: dict[int, int] = {}
 """Open connections per thread that holds a slot (thread ident -> count)."""
 _open_lock = threading.Lock()
+_wait_limit = threading.local()
+
+
+class ConnectionSlotTimeout(OperationalError):
+    """No database connection slot came free in time."""
+
+
+@contextmanager
+def slot_wait_limit(seconds: float) -> Iterator[None]:
+    """Within the block, this thread waits at most ``seconds`` for a slot (the heartbeat: a
+    beat waiting long on the database would let the job's lock lapse)."""
+    previous = getattr(_wait_limit, "seconds", None)
+    _wait_limit.seconds = seconds
+    try:
+        yield
+    finally:
+        _wait_limit.seconds = previous
 
 
 def install(limit: int) -> None:
@@ -79,9 +110,20 @@ def _take_slot(wrapper: Any) -> None:
             _open_by_thread[thread] += 1
             wrapper._llmops_slot_thread = thread
             return
+    limit = getattr(_wait_limit, "seconds", None)
+    if limit is None:
+        limit = settings.LLM_WORKER_DB_SLOT_WAIT_SECONDS
     waited = 0.0
-    while not _slots.acquire(timeout=SLOT_WAIT_WARNING_SECONDS):
-        waited += SLOT_WAIT_WARNING_SECONDS
+    while True:
+        step = max(0.0, min(SLOT_WAIT_WARNING_SECONDS, limit - waited))
+        if _slots.acquire(timeout=step):
+            break
+        waited += step
+        if waited >= limit:
+            raise ConnectionSlotTimeout(
+                f"no database connection slot came free in {limit:g} s (all {_limit} of "
+                "LLM_WORKER_DB_CONNECTIONS held); see LLM_WORKER_DB_SLOT_WAIT_SECONDS"
+            )
         logger.warning(
             "waited %.0f s for one of %d database connection slots; waiting on", waited, _limit
         )

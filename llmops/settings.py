@@ -9,7 +9,7 @@ import os
 import secrets
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qsl, unquote, urlencode, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -387,10 +387,32 @@ WORKER_NICE = envint("WORKER_NICE", 10, minimum=0)
 """The niceness every rq worker process takes at start (os.nice; its forks and threads inherit
 it), so that on a host shared with the web processes a burst of work never takes the CPU from the
 API: submits keep their latency whatever the workers do (bench/submit.py). 0: unchanged."""
+LLM_WORKER_DB_SLOT_WAIT_SECONDS = envfloat("LLM_WORKER_DB_SLOT_WAIT_SECONDS", 60.0, minimum=0.1)
+"""The longest a worker thread waits for one of those slots before its database work fails (as
+in a database outage: a recording is retried, the job is left to the reconciler)."""
+LLM_REDIS_SOCKET_TIMEOUT = envfloat("LLM_REDIS_SOCKET_TIMEOUT", 10.0, minimum=3.0)
+"""Seconds a Redis command of the queues, the workers and the job path waits for its answer
+(a dead link or a hung server), above the threaded worker's one-second blocking dequeue. rq's
+forking worker raises it for its own connection to cover its long blocking dequeue (~7 min)."""
+LLM_REDIS_CONNECT_TIMEOUT = envfloat("LLM_REDIS_CONNECT_TIMEOUT", 5.0, minimum=0.1)
+
+
+def _with_socket_timeouts(url: str) -> str:
+    """``url`` with redis-py's socket timeouts as query options (django-rq passes nothing else
+    for a URL), unless the URL names its own. Not for CHANNEL_LAYERS: a WebSocket's channel-layer
+    receive blocks for as long as the socket is quiet."""
+    parts = urlparse(url)
+    options = dict(parse_qsl(parts.query))
+    options.setdefault("socket_timeout", f"{LLM_REDIS_SOCKET_TIMEOUT:g}")
+    options.setdefault("socket_connect_timeout", f"{LLM_REDIS_CONNECT_TIMEOUT:g}")
+    return parts._replace(query=urlencode(options)).geturl()
+
+
+RQ_REDIS_URL = _with_socket_timeouts(REDIS_URL)
 RQ_QUEUES = {
-    LLM_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": LLM_JOB_TIMEOUT},
-    DEFAULT_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 300},
-    ALERTS_QUEUE: {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 60},
+    LLM_QUEUE: {"URL": RQ_REDIS_URL, "DEFAULT_TIMEOUT": LLM_JOB_TIMEOUT},
+    DEFAULT_QUEUE: {"URL": RQ_REDIS_URL, "DEFAULT_TIMEOUT": 300},
+    ALERTS_QUEUE: {"URL": RQ_REDIS_URL, "DEFAULT_TIMEOUT": 60},
 }
 
 # --- Provider ---------------------------------------------------------------------------------

@@ -27,9 +27,15 @@ job, only on threads, and keeps what the forking worker guarantees:
   wherever it is, possibly inside a Redis call or holding a lock). The main loop blocks on the
   queue at most ``DEQUEUE_POLL_SECONDS`` at a time, so it stops dequeuing within that; a job
   dequeued after the signal goes back to the head of its queue. Then it stops the scheduler,
-  waits for every job in flight to finish and record, and registers its death. A second
-  ``SIGTERM`` or ``SIGINT`` is rq's cold shutdown: exit now, and the jobs in flight are left to
-  the reconciler, as after ``kill -9``.
+  waits for every job in flight to finish and record, and registers its death. The wait is
+  bounded: every job ends by its RQ timeout (an LLM job's call deadline and the recording of its
+  result come before it: jobs/timeouts.py), so past the latest end of a job in flight plus
+  ``SHUTDOWN_MARGIN_SECONDS`` the worker says which jobs it leaves and exits; the reconciler
+  takes them over, as after ``kill -9``. A second ``SIGTERM`` or ``SIGINT`` is rq's cold
+  shutdown: exit now, with the same result.
+- **Redis.** The main loop blocks on Redis at most ``DEQUEUE_POLL_SECONDS`` at a time, so its
+  connection keeps the short ``socket_timeout`` of the settings (``LLM_REDIS_SOCKET_TIMEOUT``)
+  rather than the one rq sets for its forking worker's blocking dequeue of minutes.
 - **Database connections.** Django's connections are per thread, so no two jobs share one. A
   job's thread closes its connections when the job ends, and the process holds at most
   ``LLM_WORKER_DB_CONNECTIONS`` open at once (llmops/db_connections.py).
@@ -38,6 +44,7 @@ job, only on threads, and keeps what the forking worker guarantees:
   this process).
 """
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -57,13 +64,16 @@ from rq.worker.base import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 
 from llmops import db_connections
 
-__all__ = ["DEQUEUE_POLL_SECONDS", "NoDeathPenalty", "ThreadedWorker"]
+__all__ = ["DEQUEUE_POLL_SECONDS", "SHUTDOWN_MARGIN_SECONDS", "NoDeathPenalty", "ThreadedWorker"]
 
 DEQUEUE_POLL_SECONDS = 1
 """The longest the main loop blocks on an empty queue before it looks at its stop flag again:
 a warm shutdown stops dequeuing within this (one BLMOVE a second on an idle worker is nothing)."""
 SHUTDOWN_LOG_SECONDS = 30.0
 """While a warm shutdown waits for jobs in flight, it says how many are left this often."""
+SHUTDOWN_MARGIN_SECONDS = 5.0
+"""A warm shutdown waits this long past the latest end (RQ timeout) of the jobs in flight: a job
+still running then is stuck past every deadline of its own, and waiting longer helps nobody."""
 
 
 class NoDeathPenalty(BaseDeathPenalty):
@@ -114,6 +124,17 @@ class ThreadedWorker(BaseWorker):
         self._changed = threading.Condition()
         self._monitor_stop = threading.Event()
         self._connection_wait = 1.0
+
+    def _set_connection(self, connection: Any) -> Any:
+        """Keep the connection's own socket timeout (rq raises it to ~7 minutes for its forking
+        worker's blocking dequeue; this loop blocks a second at a time)."""
+        kwargs = connection.connection_pool.connection_kwargs
+        timeout = kwargs.get("socket_timeout")
+        if timeout is None or timeout <= DEQUEUE_POLL_SECONDS + 1:
+            kwargs["socket_timeout"] = max(
+                settings.LLM_REDIS_SOCKET_TIMEOUT, DEQUEUE_POLL_SECONDS + 2.0
+            )
+        return connection
 
     # --- the main loop --------------------------------------------------------------------------
 
@@ -436,15 +457,38 @@ class ThreadedWorker(BaseWorker):
         logged_at = 0.0
         with self._changed:
             while self._running or self._starting:
-                if time.monotonic() - logged_at >= SHUTDOWN_LOG_SECONDS:
-                    logged_at = time.monotonic()
+                now = time.monotonic()
+                give_up_at = self._latest_end() + SHUTDOWN_MARGIN_SECONDS
+                if now >= give_up_at:
+                    self._leave_to_the_reconciler(now - waited_since)
+                    return
+                if now - logged_at >= SHUTDOWN_LOG_SECONDS:
+                    logged_at = now
                     self.log.info(
-                        "Worker %s: waiting for %d job(s) in flight to finish (%.0f s so far)",
+                        "Worker %s: waiting for %d job(s) in flight to finish (%.0f s so far, "
+                        "at most %.0f s more)",
                         self.name,
                         len(self._running),
                         logged_at - waited_since,
+                        give_up_at - now,
                     )
-                self._changed.wait(timeout=1)
+                self._changed.wait(timeout=min(1.0, give_up_at - now))
+
+    def _latest_end(self) -> float:
+        """When the last job in flight passes its RQ timeout (monotonic); inf for a job with
+        none. Called holding ``_changed``."""
+        ends = [r.started + r.timeout if r.timeout else math.inf for r in self._running.values()]
+        return max(ends, default=time.monotonic())
+
+    def _leave_to_the_reconciler(self, waited: float) -> None:
+        self.log.warning(
+            "Worker %s: warm shutdown: %d job(s) still running %.0f s later, past their RQ "
+            "timeout: exiting and leaving them to the reconciler (%s)",
+            self.name,
+            len(self._running),
+            waited,
+            ", ".join(r.job.id for r in self._running.values()),
+        )
 
     def register_birth(self) -> None:
         super().register_birth()

@@ -79,13 +79,18 @@ def _redis_client() -> Redis:
     """A client of its own on the llm queue's Redis, with short timeouts and no retries (django-rq's
     client waits for minutes on a blocking dequeue and retries)."""
     config: dict[str, Any] = settings.RQ_QUEUES[LLM_QUEUE]
-    return Redis.from_url(
+    client = Redis.from_url(
         str(config["URL"]),
         db=config.get("DB"),
         socket_timeout=CHECK_TIMEOUT_SECONDS,
         socket_connect_timeout=CHECK_TIMEOUT_SECONDS,
         retry=Retry(NoBackoff(), 0),
     )
+    # The URL's own socket timeouts (LLM_REDIS_SOCKET_TIMEOUT) would win over the ones above.
+    client.connection_pool.connection_kwargs.update(
+        socket_timeout=CHECK_TIMEOUT_SECONDS, socket_connect_timeout=CHECK_TIMEOUT_SECONDS
+    )
+    return client
 
 
 def check_database() -> dict[str, Any]:

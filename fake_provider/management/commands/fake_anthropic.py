@@ -65,7 +65,8 @@ class Command(BaseCommand):
             help="Inject a fault with probability RATE (0..1); repeatable. "
             f"Codes: {', '.join(FAULT_CODES)} (HTTP statuses by number; spendcap: 429 spend "
             "limit; credit: 400 credit balance too low; context, usagelimit: 400s; timeout: "
-            "never answers; drop: connection cut mid-body; garbage: 200 with a non-JSON body).",
+            "never answers; drop: connection cut mid-body; garbage: 200 with a non-JSON body; "
+            "trickle: 200, then the body one byte a second).",
         )
         parser.add_argument(
             "--seed", default=None, help="Seed for fault draws and latency (repeatable runs)."
