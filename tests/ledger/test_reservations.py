@@ -8,6 +8,7 @@ HTTP, MariaDB and Redis; timeouts scaled down.
 """
 
 import threading
+import time
 from datetime import timedelta
 from decimal import Decimal
 
@@ -200,9 +201,15 @@ def test_a_losing_copy_of_a_job_releases_its_own_reservation_not_the_winners(
     wait_for(lambda: in_flight(job, fake_provider), timeout=10, what="the winner's call")
 
     # The loser wakes up: it reserves, loses the claim, and releases, as the runner does.
-    assert _start(losers_view, attempt=1, rq_job_id=job.rq_job_id, gate="closed", lock=None) == (
-        "skipped"
+    loser = _start(
+        losers_view,
+        attempt=1,
+        rq_job_id=job.rq_job_id,
+        gate="closed",
+        lock=None,
+        started=time.monotonic(),
     )
+    assert loser == "skipped"
 
     # The winner's call is still out, and its worst case is still held...
     assert status_of(job) == LlmJob.Status.RUNNING
