@@ -373,8 +373,9 @@ CHANNEL_LAYERS = {
                 }
             ],
             "prefix": KEY_PREFIX + "channels:",
-            # Messages waiting per channel before group_send drops the newest (silently) for a
-            # slow socket: a job makes ~5 events, so 1,000 holds hundreds of jobs' worth.
+            # Messages waiting for one web process's sockets before group_send drops the newest
+            # (silently): its sockets take them at once; a slow client's backlog is bounded in
+            # bytes by WS_MAX_QUEUED_BYTES (jobs/consumers.py).
             "capacity": envint("CHANNEL_LAYER_CAPACITY", 1000, minimum=100),
             # Seconds an undelivered message waits for its socket: job events are stale after
             # that, and a client catches up with GET /api/v1/jobs/<id>/.
