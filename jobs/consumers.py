@@ -1,26 +1,60 @@
 """The WebSocket of live job events: ``/ws/jobs/`` (see docs/api.md).
 
 Authentication comes from the ASGI stack (llmops/asgi.py): the session cookie, or the API token
-sent as the subprotocol pair ``token, <key>``. Refusals close before the handshake completes
-with an application code: 4401 unauthenticated, 4403 ``?all=1`` for a user who may not read
-every job (staff with ``jobs.view_llmjob``), 4404 a ``?job=`` that is not the user's.
+sent as the subprotocol pair ``token, <key>``. Refusals at connect close before the handshake
+completes with an application code: 4401 unauthenticated, 4403 ``?all=1`` for a user who may not
+read every job (staff with ``jobs.view_llmjob``), 4404 a ``?job=`` that is not the user's.
+
+An open socket keeps only what its user still has: every ``WS_REAUTH_SECONDS`` it authorizes
+again, with the code connect uses, and closes 4401 or 4403 when the token, session, user or
+permission is gone. The same beat renews its group (a Redis restart loses groups) and its place
+among its user's sockets (at most ``WS_MAX_CONNECTIONS_PER_USER``: one more is accepted, then
+closed 4429). Events wait for a slow client in a queue of at most ``WS_MAX_QUEUED_BYTES``; past
+it the socket is closed 4413, and the client catches up over the REST API.
 """
 
+import asyncio
+import logging
+import random
 import uuid
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 from django.conf import settings
+from redis.exceptions import RedisError
 
 from jobs.models import LlmJob
+from jobs.sockets import socket_register, socket_rejoin, socket_renew, socket_unregister
 from llmops.queues import all_jobs_group, job_events_group, job_group
+from llmops.wsauth import current_user
+
+logger = logging.getLogger("jobs.consumers")
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+CLOSE_TOO_FAR_BEHIND = 4413
+CLOSE_TOO_MANY_CONNECTIONS = 4429
 CLOSE_MESSAGE_TOO_BIG = 1009
+CLOSE_CANNOT_CHECK = 1011
+
+RESYNC_EVENT = {"type": "resync"}
+"""Sent when the socket's group was lost (Redis restarted) and is back: events went missing, the
+client fetches the current state over the REST API."""
+
+_CLOSE_WAIT_SECONDS = 5.0
+"""How long a close frame may wait behind a client that does not read; then the socket ends."""
+_FAILED_CHECKS_BEFORE_CLOSE = 3
+"""Checks in a row that could not run (database or Redis down) before the socket closes 1011: a
+blip keeps it open, but access is never kept unchecked for long."""
+_LAYER_RETRY_CAP_SECONDS = 5.0
+
+_LAYER_ERRORS = (RedisError, OSError)
 
 
 @database_sync_to_async
@@ -42,38 +76,75 @@ def _parse_uuid(value: str) -> uuid.UUID | None:
         return None
 
 
+async def authorize(user: Any, query_string: bytes) -> tuple[str | None, int | None]:
+    """The group ``user`` may hear for this query, or the close code that refuses it: at connect
+    and at every re-check alike."""
+    if user is None or not user.is_authenticated:
+        return None, CLOSE_UNAUTHENTICATED
+    query = parse_qs(query_string.decode())
+    job_ids = query.get("job")
+    if job_ids:
+        job_id = _parse_uuid(job_ids[0])
+        if job_id is None or not await _owns_job(user.id, job_id):
+            return None, CLOSE_NOT_FOUND
+        return job_group(job_id), None
+    if query.get("all", ["0"])[0] in ("1", "true"):
+        if not await _may_watch_every_job(user):
+            return None, CLOSE_FORBIDDEN
+        return all_jobs_group(), None
+    return job_events_group(user.id), None
+
+
 class JobEventsConsumer(AsyncJsonWebsocketConsumer):
     groups: list[str] = []
 
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """AsyncConsumer's loop, with three changes: a channel-layer receive that outlives Redis
+        errors (they ended the socket), a third source that ends the loop when the socket must
+        go, and a clean-up that runs however the socket ends."""
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        self.channel_name = await self.channel_layer.new_channel()
+        self.base_send = send
+        self.joined: str | None = None
+        self.user_id: int | None = None
+        self.ending = False
+        self.layer_lost = False
+        self.stopped = asyncio.Event()
+        self.outbox: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
+        self.queued_bytes = 0
+        self.tasks: list[asyncio.Task[None]] = []
+        try:
+            await await_many_dispatch(
+                [receive, self._receive_from_layer, self._until_stopped], self.dispatch
+            )
+        except StopConsumer:
+            pass
+        finally:
+            await self._clean_up()
+
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+        group, refusal = await authorize(user, self.scope.get("query_string", b""))
+        if refusal is not None or group is None:
+            await self.close(code=refusal)
             return
-        query = parse_qs(self.scope.get("query_string", b"").decode())
-        job_ids = query.get("job")
-        if job_ids:
-            job_id = _parse_uuid(job_ids[0])
-            if job_id is None or not await _owns_job(user.id, job_id):
-                await self.close(code=CLOSE_NOT_FOUND)
-                return
-            group = job_group(job_id)
-        elif query.get("all", ["0"])[0] in ("1", "true"):
-            if not await _may_watch_every_job(user):
-                await self.close(code=CLOSE_FORBIDDEN)
-                return
-            group = all_jobs_group()
-        else:
-            group = job_events_group(user.id)
+        subprotocol = "token" if self.scope.get("token_auth") else None
+        if not await socket_register(
+            layer=self.channel_layer, user_id=user.id, channel_name=self.channel_name
+        ):
+            # Accepted first so that the client sees why: a refused handshake shows no code.
+            await self.accept(subprotocol=subprotocol)
+            await self.close(code=CLOSE_TOO_MANY_CONNECTIONS)
+            return
+        self.user_id = user.id
         self.joined = group
         await self.channel_layer.group_add(group, self.channel_name)
-        subprotocol = "token" if self.scope.get("token_auth") else None
         await self.accept(subprotocol=subprotocol)
-
-    async def disconnect(self, code: int) -> None:
-        group = getattr(self, "joined", None)
-        if group is not None:
-            await self.channel_layer.group_discard(group, self.channel_name)
+        self.tasks = [
+            asyncio.ensure_future(self._write()),
+            asyncio.ensure_future(self._check_again()),
+        ]
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
@@ -85,16 +156,140 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_MESSAGE_TOO_BIG)
 
     async def job_updated(self, message: dict[str, Any]) -> None:
-        await self.send_json({"type": message["type"], "job": message["job"]})
+        await self._queue({"type": message["type"], "job": message["job"]})
 
     async def pipeline_step_completed(self, message: dict[str, Any]) -> None:
         """Pipeline events (pipelines/events.py) go to their owner's group only."""
-        await self.send_json({"type": message["type"], "pipeline": message["pipeline"]})
+        await self._queue({"type": message["type"], "pipeline": message["pipeline"]})
 
     pipeline_finished = pipeline_step_completed
 
     async def batch_progress(self, message: dict[str, Any]) -> None:
         """Batch events (batches/events.py) go to their owner's group only."""
-        await self.send_json({"type": message["type"], "batch": message["batch"]})
+        await self._queue({"type": message["type"], "batch": message["batch"]})
 
     batch_finished = batch_progress
+
+    async def consumer_stop(self, message: dict[str, Any]) -> None:
+        raise StopConsumer()
+
+    # The outbound queue: handlers never wait on the client, so the channel layer's buffer
+    # (counted in messages, not bytes) stays empty and this queue holds the bytes, bounded.
+
+    async def _queue(self, event: dict[str, Any]) -> None:
+        if self.ending:
+            return
+        text = await self.encode_json(event)
+        size = len(text.encode())
+        if self.queued_bytes + size > settings.WS_MAX_QUEUED_BYTES:
+            logger.warning(
+                "socket %s of user %s closed: the client reads too slowly (%d bytes waiting)",
+                self.channel_name,
+                self.user_id,
+                self.queued_bytes,
+            )
+            await self._end(CLOSE_TOO_FAR_BEHIND)
+            return
+        self.queued_bytes += size
+        self.outbox.put_nowait((text, size))
+
+    async def _write(self) -> None:
+        while True:
+            text, size = await self.outbox.get()
+            try:
+                # Waits while the client's TCP window and uvicorn's buffer are full.
+                await self.send(text_data=text)
+            finally:
+                self.queued_bytes -= size
+
+    async def _check_again(self) -> None:
+        """Every WS_REAUTH_SECONDS: authorize again as at connect, then renew the group and the
+        connection count (both lost with a Redis restart)."""
+        failures = 0
+        while True:
+            # A little early at random, so that sockets opened together do not check together.
+            await asyncio.sleep(settings.WS_REAUTH_SECONDS * random.uniform(0.8, 1.0))
+            try:
+                user = await current_user(self.scope)
+                group, refusal = await authorize(user, self.scope.get("query_string", b""))
+                if group is None or group != self.joined or user.id != self.user_id:
+                    refusal = refusal or CLOSE_FORBIDDEN
+                    logger.info("socket %s closed %d: access lost", self.channel_name, refusal)
+                    await self._end(refusal)
+                    return
+                lost = await socket_rejoin(
+                    layer=self.channel_layer, group=group, channel_name=self.channel_name
+                )
+                await socket_renew(
+                    layer=self.channel_layer, user_id=user.id, channel_name=self.channel_name
+                )
+            except Exception as exc:  # any failure: a socket left unchecked must end
+                failures += 1
+                logger.warning("socket %s not checked (%d): %r", self.channel_name, failures, exc)
+                if failures >= _FAILED_CHECKS_BEFORE_CLOSE:
+                    await self._end(CLOSE_CANNOT_CHECK)
+                    return
+                continue
+            failures = 0
+            if lost or self.layer_lost:
+                self.layer_lost = False
+                await self._queue(RESYNC_EVENT)
+
+    async def _receive_from_layer(self) -> dict[str, Any]:
+        """channels-redis's receive, again after a Redis error instead of ending the socket: the
+        next check rejoins the group once Redis is back, and tells the client to catch up."""
+        delay = 0.1
+        while True:
+            try:
+                message: dict[str, Any] = await self.channel_layer.receive(self.channel_name)
+                return message
+            except _LAYER_ERRORS as exc:
+                if not self.layer_lost:
+                    logger.warning("socket %s lost the channel layer: %r", self.channel_name, exc)
+                self.layer_lost = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _LAYER_RETRY_CAP_SECONDS)
+
+    async def _until_stopped(self) -> dict[str, Any]:
+        await self.stopped.wait()
+        return {"type": "consumer.stop"}
+
+    async def _end(self, code: int) -> None:
+        """Close with ``code``, sending nothing more: leave the group first, drop what waits."""
+        if self.ending:
+            return
+        self.ending = True
+        for task in self.tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        while not self.outbox.empty():
+            self.outbox.get_nowait()
+        await self._leave()
+        try:
+            # Behind a client that does not read, the close frame waits on uvicorn's buffer.
+            await asyncio.wait_for(self.close(code=code), _CLOSE_WAIT_SECONDS)
+        except Exception as exc:
+            logger.info("socket %s: close %d not sent: %r", self.channel_name, code, exc)
+        self.stopped.set()
+
+    async def _leave(self) -> None:
+        group, self.joined = self.joined, None
+        user_id, self.user_id = self.user_id, None
+        try:
+            if group is not None:
+                await self.channel_layer.group_discard(group, self.channel_name)
+            if user_id is not None:
+                await socket_unregister(
+                    layer=self.channel_layer, user_id=user_id, channel_name=self.channel_name
+                )
+        except _LAYER_ERRORS as exc:
+            # Both expire on their own: the group's entry with group_expiry, the count's with
+            # the renewals it no longer gets.
+            logger.warning("socket %s not deregistered: %r", self.channel_name, exc)
+
+    async def _clean_up(self) -> None:
+        self.ending = True
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self._leave()

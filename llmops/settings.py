@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 # Pure (no models): ALERT_ROUTES is checked by the same rule as the admin's AlertRoute.
 from alerts import targets as alert_targets
@@ -351,14 +352,30 @@ LLM_JOB_TIMEOUT = envint("LLM_JOB_TIMEOUT", 240, minimum=10)
 its call's deadline plus LLM_JOB_TIMEOUT_MARGIN (jobs/timeouts.py)."""
 LLM_JOB_TIMEOUT_MARGIN = envfloat("LLM_JOB_TIMEOUT_MARGIN", 30.0, minimum=1.0)
 
+CHANNEL_LAYER_SOCKET_TIMEOUT = envfloat("CHANNEL_LAYER_SOCKET_TIMEOUT", 15.0, minimum=7.0)
+"""Seconds a channel-layer Redis read may take: more than channels-redis's 5 s blocking receive,
+which a shorter timeout cuts off (the socket then died 5 s after it went quiet)."""
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [REDIS_URL],
+            # redis-py's default socket_timeout (5 s) equals channels-redis's blocking receive
+            # (BZPOPMIN for 5 s): a quiet socket's read timed out and killed it. Reads get longer.
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT,
+                    "socket_connect_timeout": 5,
+                    "socket_keepalive": True,
+                    # Once more on a new connection: after a Redis restart every pooled one is
+                    # dead, and each failed its next command (an event lost, a receive retried).
+                    "retry_on_error": [RedisConnectionError],
+                }
+            ],
             "prefix": KEY_PREFIX + "channels:",
-            # Messages waiting per channel before group_send drops the newest (silently) for a
-            # slow socket: a job makes ~5 events, so 1,000 holds hundreds of jobs' worth.
+            # Messages waiting for one web process's sockets before group_send drops the newest
+            # (silently): its sockets take them at once; a slow client's backlog is bounded in
+            # bytes by WS_MAX_QUEUED_BYTES (jobs/consumers.py).
             "capacity": envint("CHANNEL_LAYER_CAPACITY", 1000, minimum=100),
             # Seconds an undelivered message waits for its socket: job events are stale after
             # that, and a client catches up with GET /api/v1/jobs/<id>/.
@@ -439,6 +456,15 @@ those whose parser names a larger setting of its own (llmops/body_limits.py)."""
 WS_MAX_MESSAGE_BYTES = envint("WS_MAX_MESSAGE_BYTES", 16 * 1024, minimum=1024)
 """Largest WebSocket message a client may send (uvicorn's --ws-max-size, llmops/web.py; the
 socket is then closed with 1009). /ws/jobs/ is server-to-client: a client has nothing to say."""
+WS_REAUTH_SECONDS = envfloat("WS_REAUTH_SECONDS", 5.0, minimum=0.1)
+"""How often an open /ws/jobs/ socket checks again, as at connect, that its token or session,
+user and permissions still grant it (closed 4401/4403 if not), and renews its channel-layer group
+and its place among its user's connections (jobs/consumers.py): one small query each."""
+WS_MAX_QUEUED_BYTES = envint("WS_MAX_QUEUED_BYTES", 1024 * 1024, minimum=128 * 1024)
+"""Bytes of events one socket may have waiting for a client that reads slowly; past it the socket
+is closed (4413) and the client catches up over the REST API. A completion event is up to ~85 KB."""
+WS_MAX_CONNECTIONS_PER_USER = envint("WS_MAX_CONNECTIONS_PER_USER", 20, minimum=1)
+"""Open /ws/jobs/ sockets one user may hold across every web process; one more is closed 4429."""
 LLM_BATCH_MAX_ITEMS = envint("LLM_BATCH_MAX_ITEMS", 10_000, minimum=1)
 """Most items in one batch (POST /api/v1/batches/)."""
 LLM_BATCH_MAX_REQUEST_BYTES = envint("LLM_BATCH_MAX_REQUEST_BYTES", 16 * 1024 * 1024, minimum=1024)

@@ -6,10 +6,13 @@ session) and ``scope["token_auth"]``, so the consumer accepts with the subprotoc
 wrong key leaves the user anonymous and the connection is refused.
 """
 
+from importlib import import_module
+from types import SimpleNamespace
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.middleware import BaseMiddleware
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 
 
@@ -21,6 +24,26 @@ def _user_for_key(key: str) -> Any:
     if token is None or not token.user.is_active:
         return AnonymousUser()
     return token.user
+
+
+@database_sync_to_async
+def _user_for_session(session_key: str | None) -> Any:
+    """The session's user as Django's own ``get_user`` finds it on a request: from the session as
+    it is now in the store (logged out, expired, or its password changed: anonymous)."""
+    from django.contrib.auth import get_user
+
+    engine = import_module(settings.SESSION_ENGINE)
+    return get_user(SimpleNamespace(session=engine.SessionStore(session_key)))  # type: ignore[arg-type]
+
+
+async def current_user(scope: Any) -> Any:
+    """The socket's user as of now, found again the way it was at connect: by its token (deleted,
+    or its user deactivated: anonymous) or by its session. The user is read afresh, so is_active,
+    is_staff and permissions are today's."""
+    if scope.get("token_auth"):
+        return await _user_for_key(scope["subprotocols"][1])
+    session = scope.get("session")
+    return await _user_for_session(session.session_key if session is not None else None)
 
 
 class TokenSubprotocolMiddleware(BaseMiddleware):
