@@ -4,11 +4,18 @@ scales in the processes it starts.
 The production checklist's drill (point 7) runs for hours against a test environment: 429s on
 20 % of calls for five minutes, 529s for two minutes, connections cut mid-answer. Here the whole
 drill takes ``duration`` seconds of load (five minutes by default) and every fault gets a slice
-of it, in an order that keeps them apart: rate limits, overload, a worker killed with -9, Redis
-flushed while no rq scheduler runs, a few 401s (the breaker), a call longer than the stale
-threshold. Dropped connections run through most of it. The 401s come after the flush: a flush
-right after them would lose their alerts' delivery jobs, which the monitor puts back only after
-five minutes (alerts/dispatch.py), and the drill would wait for that.
+of it, in an order that keeps them apart: rate limits, a call that trickles past its deadline,
+a budget disabled and enabled again, overload, the reconciler stopped (two minutes by default)
+while a worker is killed with -9, Redis flushed while no rq scheduler runs and a worker killed
+while jobs wait on the rate limiter, a few 401s (the breaker), a token revoked under its open
+WebSocket, a call longer than the stale threshold. Dropped connections run through most of it.
+The 401s come after the flush: a flush right after them would lose their alerts' delivery jobs,
+which the monitor puts back only after five minutes (alerts/dispatch.py), and the drill would
+wait for that. The long calls come after the reconciler is back: a takeover needs it.
+
+A fault that depends on what the system is doing (a call to trickle, calls to slow down, jobs
+waiting on the limiter) is held until the provider or the workers show it happened, within a
+bound; the drill records what happened, and a check whose fault did not happen says so and fails.
 """
 
 from dataclasses import dataclass, field
@@ -34,6 +41,11 @@ FAULT_KINDS: dict[str, str] = {
     "flush": "FLUSHDB of the system's Redis database while no rq scheduler runs",
     "401": "401s (a revoked key) until the breaker has been open a few seconds; the drill then "
     "closes it as the admin action does",
+    "trickle": "a call answered one byte a second, past its deadline (it must end there)",
+    "budget": "the drill's budget disabled for a tenth of the drill, then enabled again",
+    "reconciler": "the reconciler stopped for two fifths of the drill (two minutes by default)",
+    "kill-waiting": "an llm worker killed with -9 while jobs it dequeued wait on the rate limiter",
+    "revoke": "the API token of an open WebSocket deleted (the socket must close)",
     "long": "calls that outlive the stale threshold (the heartbeat must keep them)",
 }
 """Every fault kind a drill can include (--faults), in the order they happen."""
@@ -48,7 +60,20 @@ LONG_CALL_SECONDS = STALE_AFTER_SECONDS + 5.0
 """A long call outlives the stale threshold by a few heartbeats, and stays well under the read
 timeout (LLM_PROVIDER_READ_TIMEOUT, 60 s, not scaled)."""
 LONG_CALL_WINDOW_SECONDS = 2.0
-"""Calls that arrive at the provider within this window take LONG_CALL_SECONDS."""
+"""Calls that arrive at the provider within this window take LONG_CALL_SECONDS; the window
+lasts until LONG_CALLS_WANTED calls arrived in it, however slow the machine."""
+LONG_CALLS_WANTED = 4
+LONG_CALL_MAX_WAIT_SECONDS = 30.0
+"""The long-call window closes after this even if fewer calls arrived (the check says so)."""
+TRICKLE_SECONDS = 45.0
+"""A trickling answer lasts this long: past the call's deadline (the read timeout of the
+drill, 20 s, plus the connect timeout), and bounded, so that a drill of code without a deadline
+ends too (its call then answers late, and the check fails)."""
+READ_TIMEOUT_SECONDS = 20.0
+"""The drill's LLM_PROVIDER_READ_TIMEOUT: the long calls (15 s) stay under it, the trickle
+(45 s) does not."""
+RECONCILER_STOP_FRACTION = 0.4
+"""The reconciler is stopped for this share of the drill: two minutes of the default five."""
 
 
 @dataclass(frozen=True)
@@ -99,10 +124,15 @@ class Phase:
 _SLOTS: dict[str, tuple[float, float | None]] = {
     "429": (0.05, 0.30),
     "drop": (0.10, 0.90),
+    "trickle": (0.12, None),
+    "budget": (0.18, 0.28),
+    "reconciler": (0.34, 0.34 + RECONCILER_STOP_FRACTION),
     "529": (0.35, 0.47),
     "kill": (0.52, None),
     "flush": (0.58, None),
+    "kill-waiting": (0.62, None),
     "401": (0.66, None),
+    "revoke": (0.70, None),
     "long": (0.76, None),
 }
 
@@ -179,6 +209,21 @@ def knobs(options: DrillOptions) -> list[Knob]:
             "15",
             "with the scheduler gone, the reconciler moves due retries itself",
         ),
+        Knob(
+            "LLM_PROVIDER_READ_TIMEOUT",
+            f"{READ_TIMEOUT_SECONDS:g}",
+            "60",
+            f"the trickling call ({TRICKLE_SECONDS:g} s) outlives its deadline within the drill; "
+            f"the long calls ({LONG_CALL_SECONDS:g} s) stay under it",
+        ),
+        Knob(
+            "LLM_RATE_LIMIT_MAX_WAIT_SECONDS",
+            "75",
+            "0.99",
+            "jobs facing the kill-waiting fault's limit wait on the limiter in their worker "
+            "(up to the 60 s window) instead of going back to the queue",
+        ),
+        Knob("WEB_CONCURRENCY", "1", "cores", "one web process is enough for the drill's socket"),
         Knob(
             "ALERT_MONITOR_INTERVAL",
             "5",

@@ -53,6 +53,10 @@ class FakeProvider:
             self.http.post("/_fake/faults", json=wanted).raise_for_status()
             self.applied = wanted
 
+    def set_trickle_seconds(self, seconds: float) -> None:
+        """How long a trickling answer lasts (fake_provider: ``trickle_seconds``)."""
+        self.http.post("/_fake/faults", json={"trickle_seconds": seconds}).raise_for_status()
+
     def stats(self) -> dict[str, Any]:
         return dict(self.http.get("/_fake/stats").raise_for_status().json())
 

@@ -1,0 +1,166 @@
+"""The checks of the faults that found the second hardening (issue 18): a call that trickles
+past its deadline, the reconciler stopped, a worker killed while the jobs it dequeued wait on the
+rate limiter, a token revoked under its open WebSocket.
+
+Each fails when its fault did not happen, and its figures then begin with NOT_HAPPENED.
+"""
+
+from collections import Counter
+
+from alerts.models import FailureRecord
+from jobs.models import LlmJob
+from ledger.models import CostEntry
+from ops.chaos.checks import Check
+from ops.chaos.faults import REVOKE_CLOSE_SECONDS
+from ops.chaos.record import DrillRecord
+
+__all__ = ["NOT_HAPPENED", "more_fault_checks"]
+
+NOT_HAPPENED = "fault did not happen: "
+
+
+def _all_final(job_ids: set[str]) -> tuple[int, int]:
+    """(how many of them are final, how many completed)."""
+    jobs = LlmJob.objects.filter(id__in=list(job_ids))
+    return (
+        jobs.filter(status__in=LlmJob.FINAL_STATUSES).count(),
+        jobs.filter(status=LlmJob.Status.COMPLETED).count(),
+    )
+
+
+def _failed_because(job_ids: set[str]) -> str:
+    reasons = Counter(
+        FailureRecord.objects.filter(job_id__in=list(job_ids)).values_list("reason_code", flat=True)
+    )
+    return ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())
+
+
+def _trickle(record: DrillRecord) -> Check:
+    name = "trickling call cut at its deadline"
+    event = record.trickle
+    drill = set(record.job_ids)
+    calls = [c for c in record.billing if c.how == "trickled" and c.job_id in drill]
+    if event is None or not calls:
+        return Check(name, False, NOT_HAPPENED + "the provider trickled no call")
+    cut, late, notes = [], [], []
+    for call in calls:
+        rows = CostEntry.objects.filter(job_id__in=[call.job_id], entry_type="attempt")
+        answered = rows.filter(request_id=call.request_id, is_estimated=False).first()
+        if answered is not None:
+            late.append((answered.latency_ms or 0) / 1000)
+            continue
+        unknown = rows.filter(is_estimated=True).order_by("-latency_ms").first()
+        latency = (unknown.latency_ms or 0) if unknown is not None else None
+        if latency is not None and latency < (event.trickle_seconds - 5) * 1000:
+            cut.append(latency / 1000)
+        else:
+            notes.append(call.job_id)
+    final, completed = _all_final({call.job_id for call in calls})
+    figures = (
+        f"{len(calls)} call(s) trickled (one byte a second for {event.trickle_seconds:g} s): "
+        f"{len(cut)} cut and booked as an unknown outcome"
+        + (f" after {', '.join(f'{s:.1f}' for s in cut)} s" if cut else "")
+        + (
+            f", {len(late)} answered late after {', '.join(f'{s:.1f}' for s in late)} s"
+            if late
+            else ""
+        )
+        + (f", {len(notes)} without a ledger row of it" if notes else "")
+        + f"; {completed}/{len(calls)} of their jobs completed, {len(calls) - final} not final"
+    )
+    return Check(name, len(cut) == len(calls) and final == len(calls), figures)
+
+
+def _kill_waiting(record: DrillRecord) -> Check:
+    name = "kill -9 of jobs waiting on the limiter"
+    event = record.kill_waiting
+    if event is None:
+        return Check(name, False, NOT_HAPPENED + "no worker was killed")
+    jobs = set(event.jobs_in_flight)
+    final, completed = _all_final(jobs)
+    statuses = Counter(
+        LlmJob.objects.filter(id__in=list(jobs))
+        .exclude(status__in=LlmJob.FINAL_STATUSES)
+        .values_list("status", flat=True)
+    )
+    figures = (
+        f"{event.process} (pid {event.pid}) killed at {event.at:.0f} s with {len(jobs)} job(s) "
+        f"dequeued and waiting on the limiter: {completed} completed, {final - completed} failed"
+        + (f" ({_failed_because(jobs)})" if final > completed else "")
+        + f", {len(jobs) - final} not final"
+        + (f" ({', '.join(f'{n} {s}' for s, n in statuses.items())})" if statuses else "")
+    )
+    if not jobs:
+        return Check(name, False, NOT_HAPPENED + figures)
+    return Check(name, completed == len(jobs), figures)
+
+
+def _revoke(record: DrillRecord) -> Check:
+    name = "revoked token's socket closed"
+    event = record.revoke
+    if event is None or event.revoked_at is None:
+        return Check(name, False, NOT_HAPPENED + "no socket was opened and revoked")
+    if event.error:
+        return Check(name, False, NOT_HAPPENED + event.error)
+    if not event.heard_before:
+        return Check(
+            name, False, NOT_HAPPENED + "the socket heard no event before its token was deleted"
+        )
+    heard = (
+        f"the socket heard {event.heard_before} events, its token deleted at "
+        f"{event.revoked_at:.0f} s"
+    )
+    if event.closed_at is None:
+        return Check(
+            name,
+            False,
+            f"{heard}; still open {REVOKE_CLOSE_SECONDS:g} s later, "
+            f"{event.heard_after} events heard after the revocation",
+        )
+    after = event.closed_at - event.revoked_at
+    return Check(
+        name,
+        after <= REVOKE_CLOSE_SECONDS,
+        f"{heard}; closed {after:.1f} s later (code {event.close_code}), "
+        f"{event.heard_after} events heard after the revocation",
+    )
+
+
+def _reconciler(record: DrillRecord) -> Check:
+    name = "reconciler stopped, back"
+    event = record.reconciler_stop
+    if event is None:
+        return Check(name, False, NOT_HAPPENED + "the reconciler was never stopped")
+    if event.exited_after is None:
+        return Check(name, False, NOT_HAPPENED + "the reconciler did not stop when told")
+    stuck = (
+        LlmJob.objects.filter(id__in=record.job_ids)
+        .exclude(status__in=LlmJob.FINAL_STATUSES)
+        .count()
+    )
+    back = event.restarted_at is not None
+    return Check(
+        name,
+        back and stuck == 0,
+        f"stopped at {event.at:.0f} s (exited after {event.exited_after:.1f} s), "
+        + (
+            f"started again after {event.restarted_at - event.at:.0f} s with "
+            f"{event.waiting_at_restart} jobs not final"
+            if event.restarted_at is not None
+            else "NOT started again"
+        )
+        + f"; {stuck} jobs not final at the end",
+    )
+
+
+def more_fault_checks(record: DrillRecord) -> list[Check]:
+    checks = []
+    for kind, check in (
+        ("trickle", _trickle),
+        ("reconciler", _reconciler),
+        ("kill-waiting", _kill_waiting),
+        ("revoke", _revoke),
+    ):
+        if record.options.has(kind):
+            checks.append(check(record))
+    return checks
