@@ -106,13 +106,18 @@ def _jobs_final(record: DrillRecord) -> Check:
         lost == 0
         and stuck_count == 0
         and recorded == len(failed)
-        and len(record.job_ids) == record.options.jobs
+        and len(record.job_ids) + record.capped_refused_at_submit == record.options.jobs
     )
     figures = (
-        f"{found - stuck_count}/{record.options.jobs} final: "
+        f"{found - stuck_count}/{len(record.job_ids)} final: "
         f"{counts.get(LlmJob.Status.COMPLETED, 0)} completed, {len(failed)} failed "
         f"({recorded} with a FailureRecord), {counts.get(LlmJob.Status.CANCELLED, 0)} cancelled; "
         f"{lost} lost, {stuck_count} stuck"
+        + (
+            f"; {record.capped_refused_at_submit} refused at submit (the capped budget spent)"
+            if record.capped_refused_at_submit
+            else ""
+        )
     )
     return Check("jobs all final", passed, figures + (f" (e.g. {examples})" if examples else ""))
 

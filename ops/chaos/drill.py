@@ -32,6 +32,7 @@ from alerts.models import AlertDelivery, AlertFingerprint, FailureRecord
 from jobs.models import LlmJob
 from jobs.services import job_submit
 from ledger.services import job_upper_bound_cost
+from llmops.errors import LimitExceeded
 from ops.chaos import events
 from ops.chaos.conductor import Conductor, active_faults
 from ops.chaos.plan import DrillOptions, knobs, timeline
@@ -233,18 +234,24 @@ class Drill:
 
     def _submit(self, record: DrillRecord, index: int) -> None:
         assert self.user is not None
-        capped = index % CAPPED_EVERY == CAPPED_EVERY - 1
-        job, _ = job_submit(
-            user=self.user,
-            data={
-                "feature": CAPPED_FEATURE if capped else FEATURES[index % len(FEATURES)],
-                "model": MODELS[index % len(MODELS)],
-                "messages": [
-                    {"role": "user", "content": f"Chaos drill job {index}: classify a ticket."}
-                ],
-                "max_tokens": 128,
-            },
-        )
+        capped = self.options.has("budget") and index % CAPPED_EVERY == CAPPED_EVERY - 1
+        try:
+            job, _ = job_submit(
+                user=self.user,
+                data={
+                    "feature": CAPPED_FEATURE if capped else FEATURES[index % len(FEATURES)],
+                    "model": MODELS[index % len(MODELS)],
+                    "messages": [
+                        {"role": "user", "content": f"Chaos drill job {index}: classify a ticket."}
+                    ],
+                    "max_tokens": 128,
+                },
+            )
+        except LimitExceeded:
+            if not capped:
+                raise
+            record.capped_refused_at_submit += 1  # its budget is spent: 429 at submit, as it should
+            return
         record.job_ids.append(str(job.id))
         if capped and record.capped_budget_id is None:
             # A budget that only some of the capped jobs fit in: the rest are refused, and

@@ -108,8 +108,7 @@ class Trickle(_Fault):
             self.armed = True
             self.say(f"{t:6.1f}s  trickle: the next call answers one byte a second")
             return
-        if not self.look_due(t):
-            return
+        # Looked at every tick (a moment): every call that ends meanwhile trickles.
         event.trickled = int(self.provider.stats().get("trickled", 0))
         if event.trickled or t - event.at > TRICKLE_WAIT_SECONDS:
             self.armed = False

@@ -42,7 +42,8 @@ FAULT_KINDS: dict[str, str] = {
     "401": "401s (a revoked key) until the breaker has been open a few seconds; the drill then "
     "closes it as the admin action does",
     "trickle": "a call answered one byte a second, past its deadline (it must end there)",
-    "budget": "the drill's budget disabled for a tenth of the drill, then enabled again",
+    "budget": "the drill's budget disabled for a tenth of the drill, then enabled again; one "
+    "job in ten on a feature whose tight budget refuses some of them",
     "reconciler": "the reconciler stopped for two fifths of the drill (two minutes by default)",
     "kill-waiting": "an llm worker killed with -9 while jobs it dequeued wait on the rate limiter",
     "revoke": "the API token of an open WebSocket deleted (the socket must close)",

@@ -149,6 +149,8 @@ class DrillRecord:
     revoke: RevokeEvent | None = None
     capped_budget_id: int | None = None
     """The drill's tight budget (one feature): some of its jobs must be refused."""
+    capped_refused_at_submit: int = 0
+    """Capped jobs refused at submit (429: the budget spent); they are not in job_ids."""
     budget_looks: BudgetLook = field(default_factory=BudgetLook)
     negative_samples: int = 0
     negatives_seen: list[str] = field(default_factory=list)

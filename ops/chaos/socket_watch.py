@@ -4,6 +4,7 @@ events on a thread of its own, and noting when it is closed, by whom and with wh
 
 import threading
 import time
+from contextlib import ExitStack
 
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
@@ -25,8 +26,9 @@ class SocketWatch:
         self.close_code: int | None = None
         self.error = ""
         protocols = [Subprotocol("token"), Subprotocol(token)]
-        self.ws: ClientConnection = connect(
-            url, subprotocols=protocols, open_timeout=OPEN_TIMEOUT_SECONDS
+        self._exit = ExitStack()
+        self.ws: ClientConnection = self._exit.enter_context(
+            connect(url, subprotocols=protocols, open_timeout=OPEN_TIMEOUT_SECONDS)
         )
         self.thread = threading.Thread(target=self._listen, name="chaos-socket", daemon=True)
         self.thread.start()
@@ -58,7 +60,7 @@ class SocketWatch:
 
     def stop(self) -> None:
         try:
-            self.ws.close()
+            self._exit.close()
         except Exception:  # noqa: BLE001, S110 - closing a socket already gone
             pass
         self.thread.join(timeout=5)

@@ -20,25 +20,23 @@ from rq import Worker
 from alerts.models import AlertRoute
 from jobs.models import LlmJob, ProviderBreaker
 from ledger.models import Budget
-from ops.chaos import DrillOptions, Report, evaluate
+from ops.chaos import FAULT_KINDS, DrillOptions, Report, evaluate
+from ops.chaos.conductor import Conductor
+from ops.chaos.fault_checks import fault_checks
+from ops.chaos.plan import LONG_CALL_MAX_WAIT_SECONDS, LONG_CALL_SECONDS, timeline
+from ops.chaos.processes import Stack
 from ops.chaos.provider import FakeProvider as DrillProvider
 from ops.chaos.record import DrillRecord
 from ratelimits.models import RateLimit
-from tests.conftest import FakeProvider, Workers, submit
+from tests.conftest import FakeProvider, Workers, make_user, submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
-CHECKS = (
-    "jobs all final",
-    "ledger exact = provider billed",
-    "unknown outcomes covered",
-    "no job billed twice",
-    "nothing negative",
-    "metrics = ledger",
+FAULT_CHECKS = (
+    # The budgets' checks need their faults too: the capped budget's refusals, spend booked
+    # while the drill's budget was disabled.
     "no budget window above its limit at any look",
     "window = ledger for every budget",
-    "CRITICAL paged once",
-    "storms paged nobody",
     # One per fault kind: each must have happened, and been recovered from.
     "429 storm ridden out",
     "529 window ridden out",
@@ -51,6 +49,17 @@ CHECKS = (
     "reconciler stopped, back",
     "kill -9 of jobs waiting on the limiter",
     "revoked token's socket closed",
+)
+CHECKS = (
+    "jobs all final",
+    "ledger exact = provider billed",
+    "unknown outcomes covered",
+    "no job billed twice",
+    "nothing negative",
+    "metrics = ledger",
+    "CRITICAL paged once",
+    "storms paged nobody",
+    *FAULT_CHECKS,
 )
 
 
@@ -134,6 +143,67 @@ def test_the_checks_fail_on_a_stuck_job_and_a_job_billed_twice(
     assert "1 others" in failed["no job billed twice"]
     assert "1 jobs not covered" in failed["unknown outcomes covered"]
     assert report.lines()[-1].startswith("chaos drill FAILED (jobs all final, ")
+
+
+def test_a_check_whose_fault_did_not_happen_says_so_and_fails() -> None:
+    """Every fault kind in the mix, none of them happened: no check passes on zeros."""
+    options = DrillOptions(jobs=0, faults=frozenset(FAULT_KINDS))
+    record = DrillRecord(
+        options=options,
+        phases=timeline(options),
+        knobs=[],
+        started_at=timezone.now(),
+        database="test",
+        redis="test",
+    )
+
+    checks = {check.name: check for check in evaluate(record)}
+
+    for name in FAULT_CHECKS:
+        assert not checks[name].passed, name
+        assert checks[name].figures.startswith("fault did not happen: "), checks[name]
+
+
+def test_the_long_calls_wait_for_calls_to_arrive_however_slowly_the_drill_ticks(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    """The issue's drill saw no long call: its window was two seconds of the drill's clock, and a
+    busy drill loop ticks less often than that. The window now lasts until calls arrived."""
+    options = DrillOptions(faults=frozenset({"long"}))
+    record = DrillRecord(
+        options=options,
+        phases=timeline(options),
+        knobs=[],
+        started_at=timezone.now(),
+        database="test",
+        redis="test",
+    )
+    provider = DrillProvider(fake_provider.url)
+    conductor = Conductor(
+        options=options,
+        record=record,
+        stack=Stack({}, tmp_path),
+        provider=provider,
+        user=make_user("drill"),
+        say=print,
+    )
+    start = record.phases[0].start
+
+    def latency() -> str:
+        return str(provider.http.get("/_fake/faults").json()["latency_ms"])
+
+    conductor.tick(start)
+    assert latency() == f"{LONG_CALL_SECONDS * 1000:.0f}"
+    conductor.tick(start + 5)  # a slow tick: the old window of two seconds is long over
+    assert latency() == f"{LONG_CALL_SECONDS * 1000:.0f}", "no call arrived yet: still slow"
+    assert not conductor.done(start + 5)
+
+    conductor.tick(start + LONG_CALL_MAX_WAIT_SECONDS + 1)  # nothing ever came: it gives up
+    assert latency() == options.latency_ms and conductor.done(start + 40)
+    assert record.long_call is not None and record.long_call.arrivals == 0
+    long_calls = {check.name: check for check in fault_checks(record)}["long calls ran once"]
+    assert not long_calls.passed
+    assert long_calls.figures.startswith("fault did not happen: 0 calls arrived")
 
 
 def test_it_refuses_to_run_where_rq_workers_already_run() -> None:
