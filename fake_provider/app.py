@@ -10,8 +10,7 @@ Routes:
     POST /_fake/faults       change the configuration, optionally for a window of seconds:
                              {"faults": {"529": 1.0}, "for_seconds": 120,
                               "latency_ms": "20-400", "rpm": 60, "itpm": 30000,
-                              "otpm": 8000, "rate_window_seconds": 60,
-                              "trickle_seconds": 600}
+                              "otpm": 8000, "rate_window_seconds": 60}
     POST /_fake/reset        start configuration back; counters, cache memory and rpm window cleared
 
 Order of work for POST /v1/messages: read the body (413 past 32 MB), check the key (401), the
@@ -22,9 +21,8 @@ Rate-limit headers (state.py) come with every answer, success or error, once a l
 Stats: ``requests`` counts every POST /v1/messages when it arrives. ``by_status`` counts the
 status of every complete response sent. A ``drop`` (200 head sent, body cut) counts ONLY under
 ``dropped`` and a ``timeout`` (never answered) ONLY under ``timed_out``, never in ``by_status``;
-so once nothing is in flight, requests == sum(by_status) + dropped + timed_out + trickled.
-Successful, dropped, timed-out and trickled requests are billed (the work was done); error
-responses bill nothing.
+so once nothing is in flight, requests == sum(by_status) + dropped + timed_out. Successful,
+dropped and timed-out requests are billed (the work was done); error responses bill nothing.
 ``in_flight`` is the number of POST /v1/messages being handled now (answered or held), and
 ``peak_in_flight`` the most at once since the last reset (bench/concurrency.py reads it).
 ``GET /_fake/billing`` lists every billed call with its request id and the caller's
@@ -38,10 +36,10 @@ order given (rates adding up to more than 1 cut the later ones). An injected 429
 the 400 "Your credit balance is too low". ``garbage`` answers 200 with a non-JSON body
 (``text/html``, a proxy's error page) and is billed like a success. A ``timeout``
 holds the request until the client goes away; if the server shuts down first, the connection
-is cut after a 200 head (as a drop) instead of answering. A ``trickle`` (billed) sends a 200
-head announcing the whole body, then one byte a second for ``trickle_seconds`` (600 by default),
-then the rest: each byte comes well within any read timeout, so only a whole-call deadline ends
-such a call. It counts ONLY under ``trickled`` (like a drop) and ends early when the client goes.
+is cut after a 200 head (as a drop) instead of answering. A ``trickle`` sends the 200 head at
+once, then its body one byte every ``TRICKLE_INTERVAL_SECONDS``: a read timeout never fires, only
+a deadline on the whole call ends it (billed; a client that goes away first counts under
+``timed_out``, a body sent to its end under ``by_status``).
 
 Prompt caching: the prefix up to the last block with ``cache_control`` is written the first
 time (per model) and read on a repeat within its ttl (a read refreshes the ttl). Earlier
@@ -74,12 +72,12 @@ from .responses import (
     should_retry,
 )
 from .state import (
+    TRICKLE_INTERVAL_SECONDS,
     FakeProviderState,
     parse_faults,
     parse_latency,
     parse_rate_window,
     parse_rpm,
-    parse_trickle_seconds,
 )
 
 __all__ = ["FakeAnthropicApp", "FakeServer", "build_server", "create_app"]
@@ -217,7 +215,6 @@ class FakeAnthropicApp:
             "itpm",
             "otpm",
             "rate_window_seconds",
-            "trickle_seconds",
         }
         if not isinstance(payload, dict) or not payload or set(payload) - allowed:
             raise ApiError(
@@ -236,8 +233,6 @@ class FakeAnthropicApp:
                     changes[limit] = parse_rpm(payload[limit])
             if "rate_window_seconds" in payload:
                 changes["rate_window_seconds"] = parse_rate_window(payload["rate_window_seconds"])
-            if "trickle_seconds" in payload:
-                changes["trickle_seconds"] = parse_trickle_seconds(payload["trickle_seconds"])
             seconds = payload.get("for_seconds")
             if seconds is not None and (
                 isinstance(seconds, bool)
@@ -344,13 +339,15 @@ class FakeAnthropicApp:
                 return
             # The server is shutting down: cut the connection rather than answer.
             return await self._cut(send, body_out, request_id, 0)
-        if fault == "trickle":
-            state.count_trickled(epoch)
-            seconds = state.config.trickle_seconds
-            return await self._trickle(send, receive, body_out, request_id, seconds)
         if fault == "drop":
             state.count_dropped(epoch)
             return await self._cut(send, body_out, request_id, len(body_out) // 2)
+        if fault == "trickle":
+            if await self._trickle(send, receive, body_out, [("request-id", request_id)]):
+                state.count_status(200, epoch)
+            else:
+                state.count_timed_out(epoch)
+            return
         if fault == "garbage":
             state.count_status(200, epoch)
             return await _send(
@@ -376,34 +373,36 @@ class FakeAnthropicApp:
             task.cancel()
         return waits[0] in done
 
-    async def _trickle(
-        self, send: Send, receive: Receive, body: bytes, request_id: str, seconds: float
-    ) -> None:
-        """A 200 head announcing the whole body, then one byte a second for ``seconds`` (the
-        client goes: stop; the server shuts down: cut), then the rest of the body at once."""
+    async def _trickle(self, send: Send, receive: Receive, body: bytes, headers: Headers) -> bool:
+        """A 200 head, then the body a byte at a time; True once it was all sent, False when the
+        client went away (or the server shut down) first."""
         raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        raw.append((b"request-id", request_id.encode()))
+        raw += [(k.encode(), v.encode()) for k, v in headers]
         await send({"type": "http.response.start", "status": 200, "headers": raw})
-        loop = asyncio.get_running_loop()
-        until, sent = loop.time() + seconds, 0
 
         async def gone() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
 
-        watch = [asyncio.ensure_future(gone()), asyncio.ensure_future(self.closing.wait())]
+        ends = [asyncio.ensure_future(gone()), asyncio.ensure_future(self.closing.wait())]
         try:
-            while sent < len(body) - 1 and loop.time() < until:
+            for index in range(len(body)):
+                last = index == len(body) - 1
                 await send(
-                    {"type": "http.response.body", "body": body[sent : sent + 1], "more_body": True}
+                    {
+                        "type": "http.response.body",
+                        "body": body[index : index + 1],
+                        "more_body": not last,
+                    }
                 )
-                sent += 1
-                done, _ = await asyncio.wait(watch, timeout=min(1.0, max(0.0, until - loop.time())))
+                if last:
+                    return True
+                done, _ = await asyncio.wait(ends, timeout=TRICKLE_INTERVAL_SECONDS)
                 if done:
-                    return  # the client went away, or the server is closing: cut
-            await send({"type": "http.response.body", "body": body[sent:], "more_body": False})
+                    return False
+            return True
         finally:
-            for task in watch:
+            for task in ends:
                 task.cancel()
 
     @staticmethod

@@ -29,6 +29,7 @@ from typing import Any
 
 __all__ = [
     "FAULT_CODES",
+    "TRICKLE_INTERVAL_SECONDS",
     "PRICES",
     "Config",
     "FakeProviderState",
@@ -39,7 +40,6 @@ __all__ = [
     "parse_faults",
     "parse_latency",
     "parse_rate_window",
-    "parse_trickle_seconds",
     "parse_rpm",
     "price_for",
 ]
@@ -55,9 +55,8 @@ FAULT_CODES = (
     "400", "401", "403", "404", "409", "413", "429", "500", "502", "503", "504", "529",
     "spendcap", "credit", "context", "usagelimit", "timeout", "drop", "garbage", "trickle",
 )  # fmt: skip
-DEFAULT_TRICKLE_SECONDS = 600.0
-"""A ``trickle`` answer sends one byte a second for this long, then the rest of its body: far
-past any deadline of ours; shorter (``trickle_seconds``) to bound a drill on code without one."""
+TRICKLE_INTERVAL_SECONDS = 1.0
+"""A ``trickle`` answer sends one byte of its body this often: no read timeout ever fires."""
 
 
 @dataclass(frozen=True)
@@ -158,15 +157,6 @@ def parse_rate_window(value: Any) -> float:
     return seconds
 
 
-def parse_trickle_seconds(value: Any) -> float:
-    """Seconds a trickling answer lasts: a number in (0, 86400]. Raises ValueError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 86_400:
-        raise ValueError(
-            f"trickle_seconds must be a number of seconds in (0, 86400], not {value!r}"
-        )
-    return float(value)
-
-
 def _rate(code: str, rate: Any) -> float:
     if code not in FAULT_CODES:
         raise ValueError(f"unknown fault code {code!r}; known: {', '.join(FAULT_CODES)}")
@@ -211,7 +201,6 @@ class Config:
     itpm: int | None = None
     otpm: int | None = None
     rate_window_seconds: float = WINDOW_SECONDS
-    trickle_seconds: float = DEFAULT_TRICKLE_SECONDS
 
     def describe(self) -> dict[str, Any]:
         low, high = self.latency_ms
@@ -222,7 +211,6 @@ class Config:
             "itpm": self.itpm,
             "otpm": self.otpm,
             "rate_window_seconds": self.rate_window_seconds,
-            "trickle_seconds": self.trickle_seconds,
         }
 
     def describe_limits(self) -> str:
@@ -370,7 +358,6 @@ class FakeProviderState:
         self.by_status: dict[str, int] = {}
         self.dropped = 0
         self.timed_out = 0
-        self.trickled = 0
         self.billed = dict.fromkeys(_TOKEN_FIELDS, 0)
         self.cost = Decimal(0)
         # One entry per billed call: (request id, Idempotency-Key, cost, how it ended).
@@ -554,11 +541,6 @@ class FakeProviderState:
             return
         self.timed_out += 1
 
-    def count_trickled(self, epoch: int | None = None) -> None:
-        if epoch is not None and epoch != self.epoch:
-            return
-        self.trickled += 1
-
     def bill(
         self,
         price: Price,
@@ -572,7 +554,7 @@ class FakeProviderState:
         """Adds one answered (or dropped / timed-out) message to the bill; returns its cost.
         A request from before the last reset is not billed to the new counters. The call is also
         kept in the billing log with its request id, the caller's ``Idempotency-Key`` and ``how``
-        it ended (answered, dropped, timed_out, garbage, trickled): who was billed what."""
+        it ended (answered, dropped, timed_out, garbage): who was billed what, per call."""
         if epoch is not None and epoch != self.epoch:
             return Decimal(0)
         for name in _TOKEN_FIELDS:
@@ -612,7 +594,6 @@ class FakeProviderState:
             "by_status": dict(sorted(self.by_status.items())),
             "dropped": self.dropped,
             "timed_out": self.timed_out,
-            "trickled": self.trickled,
             "in_flight": self.in_flight,
             "peak_in_flight": self.peak_in_flight,
             "billed": {**self.billed, "cost_usd": format(self.cost.normalize(), "f")},

@@ -17,6 +17,9 @@ from ops.chaos.record import DrillRecord
 __all__ = ["NOT_HAPPENED", "more_fault_checks"]
 
 NOT_HAPPENED = "fault did not happen: "
+CUT_GRACE_SECONDS = 5.0
+"""A trickling call must be booked within its deadline and this: the heartbeat that cuts it
+beats every two seconds in the drill."""
 
 
 def _all_final(job_ids: set[str]) -> tuple[int, int]:
@@ -42,6 +45,9 @@ def _trickle(record: DrillRecord) -> Check:
     calls = [c for c in record.billing if c.how == "trickled" and c.job_id in drill]
     if event is None or not calls:
         return Check(name, False, NOT_HAPPENED + "the provider trickled no call")
+    # Cut at its deadline: booked as an unknown outcome, its latency the deadline (a few
+    # seconds more for a heartbeat to notice); not answered minutes later, not still running.
+    cut_by = event.deadline_seconds + CUT_GRACE_SECONDS
     cut, late, notes = [], [], []
     for call in calls:
         rows = CostEntry.objects.filter(job_id__in=[call.job_id], entry_type="attempt")
@@ -50,14 +56,14 @@ def _trickle(record: DrillRecord) -> Check:
             late.append((answered.latency_ms or 0) / 1000)
             continue
         unknown = rows.filter(is_estimated=True).order_by("-latency_ms").first()
-        latency = (unknown.latency_ms or 0) if unknown is not None else None
-        if latency is not None and latency < (event.trickle_seconds - 5) * 1000:
-            cut.append(latency / 1000)
+        latency = (unknown.latency_ms or 0) / 1000 if unknown is not None else None
+        if latency is not None and latency <= cut_by:
+            cut.append(latency)
         else:
-            notes.append(call.job_id)
+            notes.append(latency)
     final, completed = _all_final({call.job_id for call in calls})
     figures = (
-        f"{len(calls)} call(s) trickled (one byte a second for {event.trickle_seconds:g} s): "
+        f"{len(calls)} call(s) trickled (a byte a second; deadline {event.deadline_seconds:g} s): "
         f"{len(cut)} cut and booked as an unknown outcome"
         + (f" after {', '.join(f'{s:.1f}' for s in cut)} s" if cut else "")
         + (
@@ -65,7 +71,12 @@ def _trickle(record: DrillRecord) -> Check:
             if late
             else ""
         )
-        + (f", {len(notes)} without a ledger row of it" if notes else "")
+        + (
+            f", {len(notes)} not cut by {cut_by:g} s"
+            + f" ({', '.join('no row' if n is None else f'{n:.1f} s' for n in notes)})"
+            if notes
+            else ""
+        )
         + f"; {completed}/{len(calls)} of their jobs completed, {len(calls) - final} not final"
     )
     return Check(name, len(cut) == len(calls) and final == len(calls), figures)

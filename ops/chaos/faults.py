@@ -16,7 +16,7 @@ from django.utils import timezone
 from jobs.breaker import PROVIDER
 from jobs.models import LlmJob
 from ops.chaos import events
-from ops.chaos.plan import TRICKLE_SECONDS, DrillOptions, Phase
+from ops.chaos.plan import DrillOptions, Phase, call_deadline_seconds
 from ops.chaos.processes import Process, Stack
 from ops.chaos.provider import FakeProvider
 from ops.chaos.record import (
@@ -103,13 +103,12 @@ class Trickle(_Fault):
         if t < self.phase.start or (event is not None and event.lifted_at is not None):
             return
         if event is None:
-            event = self.record.trickle = TrickleEvent(t, TRICKLE_SECONDS)
-            self.provider.set_trickle_seconds(TRICKLE_SECONDS)
+            event = self.record.trickle = TrickleEvent(t, call_deadline_seconds())
             self.armed = True
             self.say(f"{t:6.1f}s  trickle: the next call answers one byte a second")
             return
         # Looked at every tick (a moment): every call that ends meanwhile trickles.
-        event.trickled = int(self.provider.stats().get("trickled", 0))
+        event.trickled = self.provider.trickled()
         if event.trickled or t - event.at > TRICKLE_WAIT_SECONDS:
             self.armed = False
             event.lifted_at = t

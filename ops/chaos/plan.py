@@ -21,6 +21,8 @@ bound; the drill records what happened, and a check whose fault did not happen s
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from django.conf import settings
+
 __all__ = [
     "DEFAULT_DURATION",
     "DEFAULT_JOBS",
@@ -66,13 +68,10 @@ lasts until LONG_CALLS_WANTED calls arrived in it, however slow the machine."""
 LONG_CALLS_WANTED = 4
 LONG_CALL_MAX_WAIT_SECONDS = 30.0
 """The long-call window closes after this even if fewer calls arrived (the check says so)."""
-TRICKLE_SECONDS = 45.0
-"""A trickling answer lasts this long: past the call's deadline (the read timeout of the
-drill, 20 s, plus the connect timeout), and bounded, so that a drill of code without a deadline
-ends too (its call then answers late, and the check fails)."""
 READ_TIMEOUT_SECONDS = 20.0
-"""The drill's LLM_PROVIDER_READ_TIMEOUT: the long calls (15 s) stay under it, the trickle
-(45 s) does not."""
+"""The drill's LLM_PROVIDER_READ_TIMEOUT: the long calls (15 s) stay under it; a trickling call
+(the fake provider's ``trickle``: a byte a second, ten minutes for a whole answer) outlives the
+call's deadline of connect + read timeout (30 s) well within the drill."""
 RECONCILER_STOP_FRACTION = 0.4
 """The reconciler is stopped for this share of the drill: two minutes of the default five."""
 
@@ -151,6 +150,12 @@ def timeline(options: DrillOptions) -> list[Phase]:
     return sorted(phases, key=lambda phase: phase.start)
 
 
+def call_deadline_seconds() -> float:
+    """The deadline of a drill call (128 tokens: the read timeout's floor applies), as
+    jobs/timeouts.py computes it: the connect timeout plus the read timeout."""
+    return float(settings.LLM_PROVIDER_CONNECT_TIMEOUT) + READ_TIMEOUT_SECONDS
+
+
 def breaker_hold_seconds(options: DrillOptions) -> float:
     """How long the drill leaves the breaker open before closing it: long enough for held jobs
     to pile up, shorter than LLM_BREAKER_PROBE_SECONDS (30 s) so that no probe closes it first."""
@@ -214,7 +219,7 @@ def knobs(options: DrillOptions) -> list[Knob]:
             "LLM_PROVIDER_READ_TIMEOUT",
             f"{READ_TIMEOUT_SECONDS:g}",
             "60",
-            f"the trickling call ({TRICKLE_SECONDS:g} s) outlives its deadline within the drill; "
+            "a trickling call reaches its deadline (connect + read timeout) within the drill; "
             f"the long calls ({LONG_CALL_SECONDS:g} s) stay under it",
         ),
         Knob(

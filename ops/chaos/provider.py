@@ -53,9 +53,11 @@ class FakeProvider:
             self.http.post("/_fake/faults", json=wanted).raise_for_status()
             self.applied = wanted
 
-    def set_trickle_seconds(self, seconds: float) -> None:
-        """How long a trickling answer lasts (fake_provider: ``trickle_seconds``)."""
-        self.http.post("/_fake/faults", json={"trickle_seconds": seconds}).raise_for_status()
+    def trickled(self) -> int:
+        """Calls the provider has trickled (billed at once, as ``trickled``): read from its
+        billing log, small at the moment the drill asks (the fault comes early)."""
+        calls = self.http.get("/_fake/billing").raise_for_status().json()["calls"]
+        return sum(1 for call in calls if call["how"] == "trickled")
 
     def stats(self) -> dict[str, Any]:
         return dict(self.http.get("/_fake/stats").raise_for_status().json())

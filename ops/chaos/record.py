@@ -72,9 +72,10 @@ class LongCallEvent:
 @dataclass
 class TrickleEvent:
     at: float
-    trickle_seconds: float
+    deadline_seconds: float
+    """The deadline of the drill's calls (connect + read timeout, jobs/timeouts.py)."""
     trickled: int = 0
-    """Calls the provider trickled (its stats), once the fault was lifted."""
+    """Calls the provider trickled (its billing log), once the fault was lifted."""
     lifted_at: float | None = None
 
 
