@@ -26,6 +26,7 @@ from ops.chaos.faults import (
     Revoke,
     Trickle,
     provider_faults_now,
+    trickle_in_flight,
 )
 from ops.chaos.plan import (
     LONG_CALL_MAX_WAIT_SECONDS,
@@ -279,6 +280,8 @@ class Conductor:
         if phase is None or t < phase.start:
             return
         event = self.record.kill
+        if event is None and trickle_in_flight(self.record, t):
+            return  # a kill would end the trickling call before its deadline does
         if event is None:
             if self.kill_waiting_since is None:
                 self.kill_waiting_since = t

@@ -11,15 +11,12 @@ from alerts.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
 from ops.chaos.checks import Check
-from ops.chaos.faults import REVOKE_CLOSE_SECONDS
+from ops.chaos.faults import REVOKE_CLOSE_SECONDS, TRICKLE_CUT_GRACE_SECONDS
 from ops.chaos.record import DrillRecord
 
 __all__ = ["NOT_HAPPENED", "more_fault_checks"]
 
 NOT_HAPPENED = "fault did not happen: "
-CUT_GRACE_SECONDS = 5.0
-"""A trickling call must be booked within its deadline and this: the heartbeat that cuts it
-beats every two seconds in the drill."""
 
 
 def _all_final(job_ids: set[str]) -> tuple[int, int]:
@@ -47,7 +44,7 @@ def _trickle(record: DrillRecord) -> Check:
         return Check(name, False, NOT_HAPPENED + "the provider trickled no call")
     # Cut at its deadline: booked as an unknown outcome, its latency the deadline (a few
     # seconds more for a heartbeat to notice); not answered minutes later, not still running.
-    cut_by = event.deadline_seconds + CUT_GRACE_SECONDS
+    cut_by = event.deadline_seconds + TRICKLE_CUT_GRACE_SECONDS
     cut, late, notes = [], [], []
     for call in calls:
         rows = CostEntry.objects.filter(job_id__in=[call.job_id], entry_type="attempt")
@@ -55,9 +52,15 @@ def _trickle(record: DrillRecord) -> Check:
         if answered is not None:
             late.append((answered.latency_ms or 0) / 1000)
             continue
-        unknown = rows.filter(is_estimated=True).order_by("-latency_ms").first()
+        # Its own booking, not the reconciler's for a killed worker (worker_lost, no latency).
+        unknown = (
+            rows.filter(is_estimated=True)
+            .exclude(reason_code="worker_lost")
+            .order_by("-latency_ms")
+            .first()
+        )
         latency = (unknown.latency_ms or 0) / 1000 if unknown is not None else None
-        if latency is not None and latency <= cut_by:
+        if latency is not None and event.deadline_seconds - 1 <= latency <= cut_by:
             cut.append(latency)
         else:
             notes.append(latency)
@@ -72,7 +75,7 @@ def _trickle(record: DrillRecord) -> Check:
             else ""
         )
         + (
-            f", {len(notes)} not cut by {cut_by:g} s"
+            f", {len(notes)} not cut at {event.deadline_seconds:g}-{cut_by:g} s"
             + f" ({', '.join('no row' if n is None else f'{n:.1f} s' for n in notes)})"
             if notes
             else ""

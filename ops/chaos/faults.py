@@ -37,6 +37,7 @@ __all__ = [
     "ReconcilerStop",
     "Revoke",
     "Trickle",
+    "trickle_in_flight",
 ]
 
 LOOK_EVERY_SECONDS = 0.5
@@ -45,6 +46,10 @@ TRICKLE_WAIT_SECONDS = 20.0
 """The trickle fault stays on until a call trickled, or this long (the check then says so)."""
 KILL_WAITING_MODEL = "claude-haiku-4-5"
 """Half the drill's jobs: the other model keeps the workers busy meanwhile."""
+KILL_WAITING_RPM = 10
+"""Below what the model used in the last minute, so every call of it waits; not lower: the
+limiter spaces a line of waiting calls by a minute over the limit and its feature's share, and a
+wait longer than LLM_RATE_LIMIT_MAX_WAIT_SECONDS (75 s in the drill) goes back to the queue."""
 KILL_WAITING_WANTED = 2
 KILL_WAITING_MAX_SECONDS = 20.0
 """The kill waits this long, at most, for a worker to hold KILL_WAITING_WANTED jobs before
@@ -54,6 +59,9 @@ REVOKE_HEAR_SECONDS = 15.0
 REVOKE_CLOSE_SECONDS = 10.0
 """The socket must be closed this soon after its token is deleted ("within a few seconds")."""
 RECONCILER_EXIT_SECONDS = 60.0
+TRICKLE_CUT_GRACE_SECONDS = 5.0
+"""A trickling call must be booked within its deadline and this: the heartbeat that cuts it
+beats every two seconds in the drill."""
 
 
 class _Fault:
@@ -189,9 +197,9 @@ class ReconcilerStop(_Fault):
 
 
 class KillWaiting(_Fault):
-    """A limit of one request a minute on one model (an admin row, as staff set it), so that the
-    workers' threads wait on the limiter with jobs they dequeued and have not claimed; then
-    kill -9 of the worker holding the most, and the limit removed again."""
+    """A limit of KILL_WAITING_RPM requests a minute on one model (an admin row, as staff set
+    it), so that the workers' threads wait on the limiter with jobs they dequeued and have not
+    claimed; then kill -9 of the worker holding the most, and the limit removed again."""
 
     row_id: int | None = None
     since: float | None = None
@@ -199,14 +207,22 @@ class KillWaiting(_Fault):
     def tick(self, t: float) -> None:
         if t < self.phase.start or self.record.kill_waiting is not None:
             return
+        if self.row_id is None and trickle_in_flight(self.record, t):
+            return  # a kill would end the trickling call before its deadline does
         if self.row_id is None:
             row, _ = RateLimit.objects.update_or_create(
                 provider=PROVIDER,
                 model=KILL_WAITING_MODEL,
-                defaults={"rpm": 1, "enabled": True, "note": "llm_chaos: jobs wait on the limiter"},
+                defaults={
+                    "rpm": KILL_WAITING_RPM,
+                    "enabled": True,
+                    "note": "llm_chaos: jobs wait on the limiter",
+                },
             )
             self.row_id, self.since = row.id, t
-            self.say(f"{t:6.1f}s  limit of 1 request a minute on {KILL_WAITING_MODEL}")
+            self.say(
+                f"{t:6.1f}s  limit of {KILL_WAITING_RPM} requests a minute on {KILL_WAITING_MODEL}"
+            )
             return
         if not self.look_due(t):
             return
@@ -306,6 +322,15 @@ class Revoke(_Fault):
         if event is None or event.revoked_at is None:
             return False
         return self.socket is None
+
+
+def trickle_in_flight(record: DrillRecord, t: float) -> bool:
+    """Whether a trickling call may still be running short of its deadline (and a little more):
+    a kill -9 meanwhile would end it before the deadline could, and prove nothing about it."""
+    event = record.trickle
+    if event is None:
+        return "trickle" in {phase.kind for phase in record.phases}
+    return t < event.at + event.deadline_seconds + TRICKLE_CUT_GRACE_SECONDS
 
 
 def provider_faults_now(faults: list[_Fault], t: float) -> dict[str, Any] | None:
