@@ -142,6 +142,11 @@ class Conductor:
             faults = {}
         return faults, latency
 
+    def _kills_done(self) -> bool:
+        return ("kill" not in self.phases or self.record.kill is not None) and (
+            "kill-waiting" not in self.phases or self.record.kill_waiting is not None
+        )
+
     def _long_calls(self, t: float) -> bool:
         """Whether the provider answers slowly now: from the phase's start (once the 401s are
         over) until LONG_CALLS_WANTED calls arrived meanwhile and the window has lasted
@@ -151,6 +156,8 @@ class Conductor:
         phase = self.phases.get("long")
         if phase is None or t < phase.start or self.fault_401:
             return False
+        if self.record.long_call is None and not self._kills_done():
+            return False  # a kill while long calls run would end them: nothing learned
         event = self.record.long_call
         if event is None:
             self.long_requests_before = int(self.provider.stats()["requests"])
@@ -312,8 +319,13 @@ class Conductor:
         phase = self.phases.get("flush")
         if phase is None or t < phase.start or self.record.flush is not None:
             return
-        if "kill" in self.phases and self.record.kill is None:
-            return  # the flush comes while the killed worker's scheduler is gone
+        kill = self.phases.get("kill")
+        if kill is not None and (
+            self.record.kill is None or t < self.record.kill.at + phase.start - kill.start
+        ):
+            # The flush comes while the killed worker's scheduler is gone, as long after the
+            # kill as planned (the kill may wait): a process just killed may not be reaped yet.
+            return
         name, pid = events.scheduler_holder_pid()
         if not name:
             holder, running = "no scheduler held the llm queue's lock", False

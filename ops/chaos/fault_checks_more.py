@@ -62,8 +62,10 @@ def _trickle(record: DrillRecord) -> Check:
         latency = (unknown.latency_ms or 0) / 1000 if unknown is not None else None
         if latency is not None and event.deadline_seconds - 1 <= latency <= cut_by:
             cut.append(latency)
+        elif rows.filter(reason_code="worker_lost").exists():
+            notes.append("ended by a kill of its worker")
         else:
-            notes.append(latency)
+            notes.append("no row" if latency is None else f"{latency:.1f} s")
     final, completed = _all_final({call.job_id for call in calls})
     figures = (
         f"{len(calls)} call(s) trickled (a byte a second; deadline {event.deadline_seconds:g} s): "
@@ -76,7 +78,7 @@ def _trickle(record: DrillRecord) -> Check:
         )
         + (
             f", {len(notes)} not cut at {event.deadline_seconds:g}-{cut_by:g} s"
-            + f" ({', '.join('no row' if n is None else f'{n:.1f} s' for n in notes)})"
+            + f" ({', '.join(notes)})"
             if notes
             else ""
         )
@@ -132,10 +134,20 @@ def _revoke(record: DrillRecord) -> Check:
             f"{event.heard_after} events heard after the revocation",
         )
     after = event.closed_at - event.revoked_at
+    # Closed by the server for the revocation: a close frame, not a connection that died (no
+    # frame) or an error in the consumer (1011), which close idle sockets too.
+    by_server = event.close_code is not None and event.close_code not in (1006, 1011)
+    how = (
+        f"code {event.close_code}"
+        if by_server
+        else f"code {event.close_code}: not a close for the revocation"
+        if event.close_code is not None
+        else "no close frame: the connection died, not a close for the revocation"
+    )
     return Check(
         name,
-        after <= REVOKE_CLOSE_SECONDS,
-        f"{heard}; closed {after:.1f} s later (code {event.close_code}), "
+        after <= REVOKE_CLOSE_SECONDS and by_server,
+        f"{heard}; closed {after:.1f} s later ({how}), "
         f"{event.heard_after} events heard after the revocation",
     )
 
@@ -147,23 +159,22 @@ def _reconciler(record: DrillRecord) -> Check:
         return Check(name, False, NOT_HAPPENED + "the reconciler was never stopped")
     if event.exited_after is None:
         return Check(name, False, NOT_HAPPENED + "the reconciler did not stop when told")
-    stuck = (
-        LlmJob.objects.filter(id__in=record.job_ids)
-        .exclude(status__in=LlmJob.FINAL_STATUSES)
-        .count()
-    )
+    # The jobs not final when it came back waited, some of them for it: all must end.
+    waited = set(event.waiting_at_restart)
+    final, completed = _all_final(waited)
     back = event.restarted_at is not None
     return Check(
         name,
-        back and stuck == 0,
+        back and final == len(waited),
         f"stopped at {event.at:.0f} s (exited after {event.exited_after:.1f} s), "
         + (
             f"started again after {event.restarted_at - event.at:.0f} s with "
-            f"{event.waiting_at_restart} jobs not final"
+            f"{len(waited)} jobs not final"
             if event.restarted_at is not None
             else "NOT started again"
         )
-        + f"; {stuck} jobs not final at the end",
+        + f": {completed} of them completed, {final - completed} failed, "
+        f"{len(waited) - final} not final at the end",
     )
 
 

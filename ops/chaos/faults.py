@@ -182,13 +182,15 @@ class ReconcilerStop(_Fault):
                 return  # still finishing its pass: the new one must not run beside it
             self.stack.start_procfile("reconciler", label="reconciler_restarted")
             event.restarted_at = t
-            event.waiting_at_restart = (
-                LlmJob.objects.filter(id__in=self.record.job_ids)
+            event.waiting_at_restart = [
+                str(job_id)
+                for job_id in LlmJob.objects.filter(id__in=self.record.job_ids)
                 .exclude(status__in=LlmJob.FINAL_STATUSES)
-                .count()
-            )
+                .values_list("id", flat=True)
+            ]
             self.say(
-                f"{t:6.1f}s  reconciler started again ({event.waiting_at_restart} jobs not final)"
+                f"{t:6.1f}s  reconciler started again "
+                f"({len(event.waiting_at_restart)} jobs not final)"
             )
 
     def done(self) -> bool:

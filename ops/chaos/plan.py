@@ -21,8 +21,6 @@ bound; the drill records what happened, and a check whose fault did not happen s
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from django.conf import settings
-
 __all__ = [
     "DEFAULT_DURATION",
     "DEFAULT_JOBS",
@@ -71,7 +69,10 @@ LONG_CALL_MAX_WAIT_SECONDS = 30.0
 READ_TIMEOUT_SECONDS = 20.0
 """The drill's LLM_PROVIDER_READ_TIMEOUT: the long calls (15 s) stay under it; a trickling call
 (the fake provider's ``trickle``: a byte a second, ten minutes for a whole answer) outlives the
-call's deadline of connect + read timeout (30 s) well within the drill."""
+call's deadline of connect + read timeout (22 s) well within the drill."""
+CONNECT_TIMEOUT_SECONDS = 2.0
+"""The drill's LLM_PROVIDER_CONNECT_TIMEOUT: the fake provider is local; a shorter deadline lets
+the trickling call end before the reduced drill's kill (which waits for it)."""
 RECONCILER_STOP_FRACTION = 0.4
 """The reconciler is stopped for this share of the drill: two minutes of the default five."""
 
@@ -124,7 +125,7 @@ class Phase:
 _SLOTS: dict[str, tuple[float, float | None]] = {
     "429": (0.05, 0.30),
     "drop": (0.10, 0.90),
-    "trickle": (0.12, None),
+    "trickle": (0.05, None),
     "budget": (0.18, 0.28),
     "reconciler": (0.34, 0.34 + RECONCILER_STOP_FRACTION),
     "529": (0.35, 0.47),
@@ -153,7 +154,7 @@ def timeline(options: DrillOptions) -> list[Phase]:
 def call_deadline_seconds() -> float:
     """The deadline of a drill call (128 tokens: the read timeout's floor applies), as
     jobs/timeouts.py computes it: the connect timeout plus the read timeout."""
-    return float(settings.LLM_PROVIDER_CONNECT_TIMEOUT) + READ_TIMEOUT_SECONDS
+    return CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS
 
 
 def breaker_hold_seconds(options: DrillOptions) -> float:
@@ -214,6 +215,13 @@ def knobs(options: DrillOptions) -> list[Knob]:
             "5",
             "15",
             "with the scheduler gone, the reconciler moves due retries itself",
+        ),
+        Knob(
+            "LLM_PROVIDER_CONNECT_TIMEOUT",
+            f"{CONNECT_TIMEOUT_SECONDS:g}",
+            "10",
+            "a local fake provider connects at once; the trickling call's deadline (connect + "
+            "read timeout) passes before the reduced drill's kill",
         ),
         Knob(
             "LLM_PROVIDER_READ_TIMEOUT",

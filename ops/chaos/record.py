@@ -95,7 +95,7 @@ class ReconcilerStopEvent:
     planned_seconds: float
     exited_after: float | None = None
     restarted_at: float | None = None
-    waiting_at_restart: int = 0
+    waiting_at_restart: list[str] = field(default_factory=list)
     """The drill's jobs not final when the reconciler came back."""
 
 

@@ -24,6 +24,7 @@ class SocketWatch:
         """Monotonic times of every message received."""
         self.closed_at: float | None = None
         self.close_code: int | None = None
+        """The code of the server's close frame; None when none came (the connection died)."""
         self.error = ""
         protocols = [Subprotocol("token"), Subprotocol(token)]
         self._exit = ExitStack()
