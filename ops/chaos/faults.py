@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db import OperationalError
 from django.utils import timezone
 
 from jobs.breaker import PROVIDER
@@ -59,6 +60,8 @@ REVOKE_HEAR_SECONDS = 15.0
 REVOKE_CLOSE_SECONDS = 10.0
 """The socket must be closed this soon after its token is deleted ("within a few seconds")."""
 RECONCILER_EXIT_SECONDS = 60.0
+DEADLOCK = 1213
+"""MySQL/MariaDB's ER_LOCK_DEADLOCK: the transaction was rolled back, to be run again."""
 TRICKLE_CUT_GRACE_SECONDS = 5.0
 """A trickling call must be booked within its deadline and this: the heartbeat that cuts it
 beats every two seconds in the drill."""
@@ -133,7 +136,24 @@ class BudgetToggle(_Fault):
     """The drill's budget disabled at the phase's start, enabled again at its end, as staff
     would in the admin."""
 
+    deadlocks = 0
+
     def tick(self, t: float) -> None:
+        try:
+            self._toggle(t)
+        except OperationalError as exc:
+            # Saving the budget under load can deadlock with the workers' reservations (InnoDB
+            # picks the save as the victim): staff would save again; so does the drill.
+            if exc.args[0] != DEADLOCK:
+                raise
+            self.deadlocks += 1
+            if self.deadlocks == 1:
+                self.record.notes.append(
+                    "saving the drill's budget (enabled) met a deadlock with the workers' "
+                    "reservations; saved again"
+                )
+
+    def _toggle(self, t: float) -> None:
         event = self.record.budget_toggle
         budget_id = self.record.budget_id
         if budget_id is None or t < self.phase.start:
@@ -150,7 +170,13 @@ class BudgetToggle(_Fault):
     def cleanup(self) -> None:
         event = self.record.budget_toggle
         if event is not None and event.enabled_at is None:
-            drill_budget_set_enabled(budget_id=event.budget_id, enabled=True)
+            for attempt in range(5):
+                try:
+                    drill_budget_set_enabled(budget_id=event.budget_id, enabled=True)
+                    return
+                except OperationalError as exc:
+                    if exc.args[0] != DEADLOCK or attempt == 4:
+                        raise
 
     def done(self) -> bool:
         event = self.record.budget_toggle
