@@ -63,7 +63,7 @@ def _trickle(record: DrillRecord) -> Check:
         if latency is not None and event.deadline_seconds - 1 <= latency <= cut_by:
             cut.append(latency)
         elif rows.filter(reason_code="worker_lost").exists():
-            notes.append("ended by a kill of its worker")
+            notes.append("still running past its deadline when a kill of its worker ended it")
         else:
             notes.append("no row" if latency is None else f"{latency:.1f} s")
     final, completed = _all_final({call.job_id for call in calls})

@@ -98,7 +98,9 @@ def test_the_reduced_drill_passes_every_check_and_leaves_nothing_behind(tmp_path
     for name in CHECKS:
         assert f"PASS  {name} " in report, report
     assert f"chaos drill PASSED: {len(CHECKS)}/{len(CHECKS)} checks passed, 300 jobs" in report
-    assert LlmJob.objects.count() == 300
+    # Capped jobs refused at submit (their budget spent) were never created; "jobs all final"
+    # checks that the others add up to 300.
+    assert 250 <= LlmJob.objects.count() <= 300
     # Nothing left running, the drill's routes and budget gone, the breaker closed. A process
     # the drill killed may still be on its way out (a work horse forked as its worker was
     # stopped is reparented and ends its job first): nothing may be left after a few seconds.
