@@ -8,6 +8,7 @@ did not happen instead of passing on zeros.
 
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -16,6 +17,7 @@ from django.utils import timezone
 
 from jobs.breaker import PROVIDER
 from jobs.models import LlmJob
+from ledger.models import CostEntry
 from ops.chaos import events
 from ops.chaos.plan import DrillOptions, Phase, call_deadline_seconds
 from ops.chaos.processes import Process, Stack
@@ -47,10 +49,11 @@ TRICKLE_WAIT_SECONDS = 20.0
 """The trickle fault stays on until a call trickled, or this long (the check then says so)."""
 KILL_WAITING_MODEL = "claude-haiku-4-5"
 """Half the drill's jobs: the other model keeps the workers busy meanwhile."""
-KILL_WAITING_RPM = 10
-"""Below what the model used in the last minute, so every call of it waits; not lower: the
-limiter spaces a line of waiting calls by a minute over the limit and its feature's share, and a
-wait longer than LLM_RATE_LIMIT_MAX_WAIT_SECONDS (75 s in the drill) goes back to the queue."""
+KILL_WAITING_SHARE = 0.8
+"""The limit is this share of the calls the model made in the last minute: every call of it
+then waits on the limiter, a few seconds (until a fifth of the minute's calls left the window),
+well within LLM_RATE_LIMIT_MAX_WAIT_SECONDS; a far lower limit makes the waits longer than that,
+and the jobs go back to the queue instead of waiting in their worker."""
 KILL_WAITING_WANTED = 2
 KILL_WAITING_MAX_SECONDS = 20.0
 """The kill waits this long, at most, for a worker to hold KILL_WAITING_WANTED jobs before
@@ -225,8 +228,8 @@ class ReconcilerStop(_Fault):
 
 
 class KillWaiting(_Fault):
-    """A limit of KILL_WAITING_RPM requests a minute on one model (an admin row, as staff set
-    it), so that the workers' threads wait on the limiter with jobs they dequeued and have not
+    """A limit a little below the model's last minute of calls (an admin row, as staff set it),
+    so that the workers' threads wait on the limiter with jobs they dequeued and have not
     claimed; then kill -9 of the worker holding the most, and the limit removed again."""
 
     row_id: int | None = None
@@ -238,18 +241,26 @@ class KillWaiting(_Fault):
         if self.row_id is None and trickle_in_flight(self.record, t):
             return  # a kill would end the trickling call before its deadline does
         if self.row_id is None:
+            since = timezone.now() - timedelta(seconds=60)
+            used = CostEntry.objects.filter(
+                model=KILL_WAITING_MODEL,
+                entry_type=CostEntry.EntryType.ATTEMPT,
+                created_at__gte=since,
+            ).count()
+            rpm = max(2, int(used * KILL_WAITING_SHARE))
             row, _ = RateLimit.objects.update_or_create(
                 provider=PROVIDER,
                 model=KILL_WAITING_MODEL,
                 defaults={
-                    "rpm": KILL_WAITING_RPM,
+                    "rpm": rpm,
                     "enabled": True,
                     "note": "llm_chaos: jobs wait on the limiter",
                 },
             )
             self.row_id, self.since = row.id, t
             self.say(
-                f"{t:6.1f}s  limit of {KILL_WAITING_RPM} requests a minute on {KILL_WAITING_MODEL}"
+                f"{t:6.1f}s  limit of {rpm} requests a minute on {KILL_WAITING_MODEL} "
+                f"({used} calls in the last minute)"
             )
             return
         if not self.look_due(t):

@@ -232,10 +232,10 @@ def knobs(options: DrillOptions) -> list[Knob]:
         ),
         Knob(
             "LLM_RATE_LIMIT_MAX_WAIT_SECONDS",
-            "75",
+            "30",
             "0.99",
             "jobs facing the kill-waiting fault's limit wait on the limiter in their worker "
-            "(up to the 60 s window) instead of going back to the queue",
+            "(a few seconds) instead of going back to the queue",
         ),
         Knob("WEB_CONCURRENCY", "1", "cores", "one web process is enough for the drill's socket"),
         Knob(
