@@ -122,11 +122,11 @@ class Trickle(_Fault):
             self.say(f"{t:6.1f}s  trickle: the next call answers one byte a second")
             return
         # Looked at every tick (a moment): every call that ends meanwhile trickles.
-        event.trickled = self.provider.trickled()
-        if event.trickled or t - event.at > TRICKLE_WAIT_SECONDS:
+        event.job_ids = self.provider.trickled()
+        if event.job_ids or t - event.at > TRICKLE_WAIT_SECONDS:
             self.armed = False
             event.lifted_at = t
-            self.say(f"{t:6.1f}s  trickle: {event.trickled} call(s) trickling, fault lifted")
+            self.say(f"{t:6.1f}s  trickle: {len(event.job_ids)} call(s) trickling, fault lifted")
 
     def provider_faults(self, t: float) -> dict[str, float] | None:
         return {"trickle": 1.0} if self.armed else None
@@ -238,8 +238,6 @@ class KillWaiting(_Fault):
     def tick(self, t: float) -> None:
         if t < self.phase.start or self.record.kill_waiting is not None:
             return
-        if self.row_id is None and trickle_in_flight(self.record, t):
-            return  # a kill would end the trickling call before its deadline does
         if self.row_id is None:
             since = timezone.now() - timedelta(seconds=60)
             used = CostEntry.objects.filter(
@@ -267,10 +265,17 @@ class KillWaiting(_Fault):
             return
         assert self.since is not None
         best: tuple[Process, int, list[str]] | None = None
+        trickling = set(self.record.trickle.job_ids) if self.record.trickle else set()
         for process in self.stack.named("worker_llm"):
             pid = process.command_pid()
-            held = events.held_before_claim(worker_pid=pid) if pid else []
-            if pid and (best is None or len(held) > len(best[2])):
+            if not pid:
+                continue
+            if trickle_in_flight(self.record, t) and trickling & set(
+                events.in_flight_jobs(worker_pid=pid)
+            ):
+                continue  # its kill would end the trickling call before its deadline does
+            held = events.held_before_claim(worker_pid=pid)
+            if best is None or len(held) > len(best[2]):
                 best = (process, pid, held)
         waited = t - self.since
         enough = best is not None and len(best[2]) >= KILL_WAITING_WANTED
