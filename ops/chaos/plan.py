@@ -5,13 +5,15 @@ The production checklist's drill (point 7) runs for hours against a test environ
 20 % of calls for five minutes, 529s for two minutes, connections cut mid-answer. Here the whole
 drill takes ``duration`` seconds of load (five minutes by default) and every fault gets a slice
 of it, in an order that keeps them apart: rate limits, a call that trickles past its deadline,
-a budget disabled and enabled again, a worker killed while jobs wait on the rate limiter,
-overload, the reconciler stopped (two minutes by default) while a worker is killed with -9 and
-Redis flushed while no rq scheduler runs, a few 401s (the breaker), a token revoked under its
-open WebSocket, a call longer than the stale threshold. Dropped connections run through most of it.
-The 401s come after the flush: a flush right after them would lose their alerts' delivery jobs,
-which the monitor puts back only after five minutes (alerts/dispatch.py), and the drill would
-wait for that. The long calls come after the reconciler is back: a takeover needs it.
+a budget disabled and enabled again, overload, the reconciler stopped (two minutes by default)
+while a worker is killed with -9 and Redis flushed while no rq scheduler runs, a few 401s (the
+breaker), a token revoked under its open WebSocket, a worker killed while jobs wait on the rate
+limiter (after the flush and with the reconciler back: a flush would put its jobs back by
+another path, and their recovery is the reconciler's), a call longer than the stale threshold.
+Dropped connections run through most of it. The 401s come after the flush: a flush right after
+them would lose their alerts' delivery jobs, which the monitor puts back only after five minutes
+(alerts/dispatch.py), and the drill would wait for that. The long calls come after the reconciler
+is back: a takeover needs it.
 
 A fault that depends on what the system is doing (a call to trickle, calls to slow down, jobs
 waiting on the limiter) is held until the provider or the workers show it happened, within a
@@ -44,9 +46,9 @@ FAULT_KINDS: dict[str, str] = {
     "trickle": "a call answered one byte a second, past its deadline (it must end there)",
     "budget": "the drill's budget disabled for a tenth of the drill, then enabled again; one "
     "job in ten on a feature whose tight budget refuses some of them",
-    "kill-waiting": "an llm worker killed with -9 while jobs it dequeued wait on the rate limiter",
     "reconciler": "the reconciler stopped for two fifths of the drill (two minutes by default)",
     "revoke": "the API token of an open WebSocket deleted (the socket must close)",
+    "kill-waiting": "an llm worker killed with -9 while jobs it dequeued wait on the rate limiter",
     "long": "calls that outlive the stale threshold (the heartbeat must keep them)",
 }
 """Every fault kind a drill can include (--faults), in the order they happen."""
@@ -127,14 +129,14 @@ _SLOTS: dict[str, tuple[float, float | None]] = {
     "drop": (0.10, 0.90),
     "trickle": (0.05, None),
     "budget": (0.18, 0.28),
-    "kill-waiting": (0.28, None),
     "reconciler": (0.34, 0.34 + RECONCILER_STOP_FRACTION),
     "529": (0.35, 0.47),
     "kill": (0.52, None),
     "flush": (0.58, None),
     "401": (0.66, None),
     "revoke": (0.70, None),
-    "long": (0.76, None),
+    "kill-waiting": (0.78, None),
+    "long": (0.80, None),
 }
 
 
