@@ -51,11 +51,14 @@ KILL_WAITING_MODEL = "claude-haiku-4-5"
 """Half the drill's jobs: the other model keeps the workers busy meanwhile."""
 KILL_WAITING_SHARE = 0.8
 """The limit is this share of the calls the model made in the last minute: every call of it
-then waits on the limiter, a few seconds (until a fifth of the minute's calls left the window),
-well within LLM_RATE_LIMIT_MAX_WAIT_SECONDS; a far lower limit makes the waits longer than that,
-and the jobs go back to the queue instead of waiting in their worker."""
+then waits on the limiter (until a fifth of the minute's calls left the window), within
+LLM_RATE_LIMIT_MAX_WAIT_SECONDS (75 s in the drill, more than the window); a far lower limit
+spaces the line of waiting calls by more than that, and they go back to the queue instead."""
+KILL_WAITING_MIN_RPM = 20
+"""Not lower (see above): with fewer calls than that in the last minute, nothing waits, and the
+check says the fault did not happen."""
 KILL_WAITING_WANTED = 2
-KILL_WAITING_MAX_SECONDS = 20.0
+KILL_WAITING_MAX_SECONDS = 10.0
 """The kill waits this long, at most, for a worker to hold KILL_WAITING_WANTED jobs before
 their claim; it kills anyway then, and the check says how many were held."""
 REVOKE_HEAR_SECONDS = 15.0
@@ -245,7 +248,7 @@ class KillWaiting(_Fault):
                 entry_type=CostEntry.EntryType.ATTEMPT,
                 created_at__gte=since,
             ).count()
-            rpm = max(2, int(used * KILL_WAITING_SHARE))
+            rpm = max(KILL_WAITING_MIN_RPM, int(used * KILL_WAITING_SHARE))
             row, _ = RateLimit.objects.update_or_create(
                 provider=PROVIDER,
                 model=KILL_WAITING_MODEL,

@@ -135,8 +135,8 @@ _SLOTS: dict[str, tuple[float, float | None]] = {
     "flush": (0.58, None),
     "401": (0.66, None),
     "revoke": (0.70, None),
-    "kill-waiting": (0.78, None),
-    "long": (0.80, None),
+    "kill-waiting": (0.75, None),
+    "long": (0.76, None),
 }
 
 
@@ -234,10 +234,10 @@ def knobs(options: DrillOptions) -> list[Knob]:
         ),
         Knob(
             "LLM_RATE_LIMIT_MAX_WAIT_SECONDS",
-            "30",
+            "75",
             "0.99",
             "jobs facing the kill-waiting fault's limit wait on the limiter in their worker "
-            "(a few seconds) instead of going back to the queue",
+            "(never longer than the 60 s window) instead of going back to the queue",
         ),
         Knob("WEB_CONCURRENCY", "1", "cores", "one web process is enough for the drill's socket"),
         Knob(
