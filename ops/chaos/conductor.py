@@ -1,13 +1,16 @@
 """The faults of a drill, moment by moment: ``tick(t)`` is called many times a second by the
 drill's loop and does whatever is due at ``t`` seconds, without ever blocking for long:
 
-- the fake provider's configuration: the 429, 529 and drop windows, the 401s, the long calls;
+- the fake provider's configuration: the 429, 529 and drop windows, the 401s, the long calls
+  (held until enough calls arrived while the provider answered slowly, whatever the machine's
+  speed; no other provider fault meanwhile, nor until they ended);
 - 401s on every call, as with a revoked key, until the breaker has been open a few seconds:
   then the key is "fixed" (the 401s stop) and the breaker closed through ``breaker_close``, as
   staff do with the admin action;
 - kill -9 of the llm worker that runs the rq scheduler, once it has calls in flight, then
   watching llmops.respawn start it again;
-- FLUSHDB, noting who held the scheduler lock and which jobs were waiting.
+- FLUSHDB, noting who held the scheduler lock and which jobs were waiting;
+- the faults of ops/chaos/faults.py: trickle, budget, reconciler, kill-waiting, revoke.
 """
 
 import os
@@ -16,9 +19,20 @@ from collections.abc import Callable
 from django.contrib.auth.models import User
 
 from ops.chaos import events
+from ops.chaos.faults import (
+    BudgetToggle,
+    KillWaiting,
+    ReconcilerStop,
+    Revoke,
+    Trickle,
+    provider_faults_now,
+    trickle_in_flight,
+)
 from ops.chaos.plan import (
+    LONG_CALL_MAX_WAIT_SECONDS,
     LONG_CALL_SECONDS,
     LONG_CALL_WINDOW_SECONDS,
+    LONG_CALLS_WANTED,
     STALE_AFTER_SECONDS,
     DrillOptions,
     Phase,
@@ -39,6 +53,16 @@ KILL_IN_FLIGHT = 2
 one call may end in the instant between the look and the kill."""
 KILL_LATENCY_MS = "2000-3000"
 """The provider's latency while the kill waits: calls stay in flight long enough to be caught."""
+LONG_QUIET_SECONDS = LONG_CALL_SECONDS + 3.0
+"""After the long-call window, no other provider fault for this long: a fault is drawn when a
+call ends, and a long call must end as an answer."""
+_NEW_FAULTS = {
+    "trickle": Trickle,
+    "budget": BudgetToggle,
+    "reconciler": ReconcilerStop,
+    "kill-waiting": KillWaiting,
+    "revoke": Revoke,
+}
 
 
 def _alive(pid: int) -> bool:
@@ -61,10 +85,28 @@ class Conductor:
         provider: FakeProvider,
         user: User,
         say: Callable[[str], None],
+        web_url: str = "",
     ) -> None:
         self.options, self.record, self.stack = options, record, stack
         self.provider, self.user, self.say = provider, user, say
         self.phases = {phase.kind: phase for phase in record.phases}
+        self.faults = [
+            fault(
+                phase=self.phases[kind],
+                options=options,
+                record=record,
+                stack=stack,
+                provider=provider,
+                user=user,
+                say=say,
+                web_url=web_url,
+            )
+            for kind, fault in _NEW_FAULTS.items()
+            if kind in self.phases
+        ]
+        self.long_requests_before: int | None = None
+        self.long_looked = float("-inf")
+        self.long_enough_at: float | None = None
         self.fault_401 = False
         self.breaker_was_open = False
         self.kill_target: Process | None = None
@@ -85,25 +127,77 @@ class Conductor:
             phase = self.phases.get(kind)
             if phase is not None and phase.active(t):
                 faults[kind] = rate
+        exclusive = provider_faults_now(self.faults, t)
+        if exclusive is not None:
+            faults = exclusive
         latency = self.options.latency_ms
         if self.kill_waiting_since is not None and self.record.kill is None:
             latency = KILL_LATENCY_MS
-        long_call = self.phases.get("long")
-        if long_call is not None and long_call.active(t):
+        if self._long_calls(t):
             latency = f"{LONG_CALL_SECONDS * 1000:.0f}"
-            if self.record.long_call is None:
-                self.record.long_call = LongCallEvent(t, LONG_CALL_SECONDS, STALE_AFTER_SECONDS)
-                self.say(
-                    f"{t:6.1f}s  long calls: {LONG_CALL_SECONDS:g} s each for "
-                    f"{LONG_CALL_WINDOW_SECONDS:g} s of arrivals"
-                )
+        event = self.record.long_call
+        if event is not None and (
+            event.closed_at is None or t < event.closed_at + LONG_QUIET_SECONDS
+        ):
+            faults = {}
         return faults, latency
+
+    def _kills_done(self) -> bool:
+        return ("kill" not in self.phases or self.record.kill is not None) and (
+            "kill-waiting" not in self.phases or self.record.kill_waiting is not None
+        )
+
+    def _long_calls(self, t: float) -> bool:
+        """Whether the provider answers slowly now: from the phase's start (once the 401s are
+        over) until LONG_CALLS_WANTED calls arrived meanwhile and the window has lasted
+        LONG_CALL_WINDOW_SECONDS, or LONG_CALL_MAX_WAIT_SECONDS passed. Counted by the provider
+        (its ``requests``), not by the clock: on a slow or busy machine the drill's loop can
+        tick less often than the window lasts, and a window of clock time alone saw no call."""
+        phase = self.phases.get("long")
+        if phase is None or t < phase.start or self.fault_401:
+            return False
+        if self.record.long_call is None and not self._kills_done():
+            return False  # a kill while long calls run would end them: nothing learned
+        event = self.record.long_call
+        if event is None:
+            self.long_requests_before = int(self.provider.stats()["requests"])
+            self.record.long_call = LongCallEvent(t, LONG_CALL_SECONDS, STALE_AFTER_SECONDS)
+            self.say(
+                f"{t:6.1f}s  long calls: {LONG_CALL_SECONDS:g} s each until {LONG_CALLS_WANTED} "
+                f"calls arrived (at least {LONG_CALL_WINDOW_SECONDS:g} s)"
+            )
+            return True
+        if event.closed_at is not None:
+            return False
+        if t - self.long_looked >= 0.25:
+            self.long_looked = t
+            assert self.long_requests_before is not None
+            arrivals = int(self.provider.stats()["requests"]) - self.long_requests_before
+            event.arrivals = arrivals
+            lasted = t - event.at
+            if arrivals >= LONG_CALLS_WANTED and lasted >= LONG_CALL_WINDOW_SECONDS:
+                self.long_enough_at = self.long_enough_at or t
+            # Half a second more once enough arrived: the last of them may not have drawn its
+            # latency yet (the provider counts a call before it reads its body).
+            enough = self.long_enough_at is not None and t - self.long_enough_at >= 0.5
+            if enough or lasted >= LONG_CALL_MAX_WAIT_SECONDS:
+                event.closed_at = t
+                self.say(f"{t:6.1f}s  long calls: {arrivals} arrived, window closed")
+                return False
+        return True
 
     def tick(self, t: float) -> None:
         self._breaker(t)
         self._kill(t)
         self._flush(t)
+        for fault in self.faults:
+            fault.tick(t)
         self._configure_provider(t)
+
+    def cleanup(self) -> None:
+        """What an interrupted drill must not leave behind (a disabled budget, a rate limit)."""
+        for fault in self.faults:
+            fault.cleanup()
 
     def _configure_provider(self, t: float) -> None:
         faults, latency = self._provider_config(t)
@@ -121,6 +215,10 @@ class Conductor:
             )
             if kind in self.phases and event is None
         ]
+        pending += [type(fault).__name__ for fault in self.faults if not fault.done()]
+        long_call = self.record.long_call
+        if long_call is not None and long_call.closed_at is None:
+            pending.append("long")
         breaker = self.record.breaker
         return (
             not pending
@@ -189,6 +287,8 @@ class Conductor:
         if phase is None or t < phase.start:
             return
         event = self.record.kill
+        if event is None and trickle_in_flight(self.record, t):
+            return  # a kill would end the trickling call before its deadline does
         if event is None:
             if self.kill_waiting_since is None:
                 self.kill_waiting_since = t
@@ -219,8 +319,13 @@ class Conductor:
         phase = self.phases.get("flush")
         if phase is None or t < phase.start or self.record.flush is not None:
             return
-        if "kill" in self.phases and self.record.kill is None:
-            return  # the flush comes while the killed worker's scheduler is gone
+        kill = self.phases.get("kill")
+        if kill is not None and (
+            self.record.kill is None or t < self.record.kill.at + phase.start - kill.start
+        ):
+            # The flush comes while the killed worker's scheduler is gone, as long after the
+            # kill as planned (the kill may wait): a process just killed may not be reaped yet.
+            return
         name, pid = events.scheduler_holder_pid()
         if not name:
             holder, running = "no scheduler held the llm queue's lock", False

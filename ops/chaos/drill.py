@@ -16,10 +16,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from decimal import Decimal
 from pathlib import Path
 from types import FrameType
 from typing import TypeVar
 
+import httpx
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.models import Count
@@ -29,15 +31,24 @@ from alerts.dispatch import LOST_DELIVERY_GRACE_SECONDS, UNALERTED_FAILURE_GRACE
 from alerts.models import AlertDelivery, AlertFingerprint, FailureRecord
 from jobs.models import LlmJob
 from jobs.services import job_submit
+from ledger.services import job_upper_bound_cost
+from llmops.errors import LimitExceeded
 from ops.chaos import events
 from ops.chaos.conductor import Conductor, active_faults
 from ops.chaos.plan import DrillOptions, knobs, timeline
-from ops.chaos.processes import ROOT, Stack, wait_until
+from ops.chaos.processes import ROOT, Stack, free_port, wait_until
 from ops.chaos.provider import FakeProvider
 from ops.chaos.receiver import AlertReceiver, routes_install, routes_remove
 from ops.chaos.record import DrillRecord
 from ops.chaos.safety import Refused, database_url, production_signs, redis_description
-from ops.chaos.setup import drill_budget_create, drill_budget_remove, drill_user_ensure
+from ops.chaos.setup import (
+    CAPPED_FEATURE,
+    drill_budget_create,
+    drill_budget_remove,
+    drill_capped_budget_create,
+    drill_token_revoke,
+    drill_user_ensure,
+)
 
 __all__ = ["Drill"]
 
@@ -45,6 +56,11 @@ T = TypeVar("T")
 
 FEATURES = ("chaos-classify", "chaos-summarize", "chaos-extract")
 MODELS = ("claude-haiku-4-5", "claude-sonnet-4-6")
+CAPPED_EVERY = 10
+"""Every tenth job has the capped feature (ops/chaos/setup.py)."""
+CAPPED_SHARE = 6
+"""The capped budget holds the worst case of one in this many of its jobs: at what calls really
+cost (about two fifths of their worst case), a third or more of its jobs are refused."""
 PROGRESS_SECONDS = 15.0
 SETTLE_SECONDS = max(LOST_DELIVERY_GRACE_SECONDS, UNALERTED_FAILURE_GRACE_SECONDS) + 60.0
 """Alerts get this long after the drain, at most: an alert job or delivery the flush lost is put
@@ -126,6 +142,8 @@ class Drill:
             budget = drill_budget_create(user=user)
             record.budget_id = budget.id
             cleanup.callback(drill_budget_remove, budget_id=budget.id)
+            cleanup.callback(self._remove_capped_budget, record)
+            cleanup.callback(drill_token_revoke, user=user)
             receiver = AlertReceiver()
             receiver.start()
             cleanup.callback(receiver.stop)
@@ -134,7 +152,7 @@ class Drill:
             cleanup.callback(self._close_breaker_left_open, record)
             stack = Stack(self._environment(), log_dir)
             cleanup.callback(stack.stop)
-            provider = self._start(stack)
+            provider, web_url = self._start(stack)
             conductor = Conductor(
                 options=self.options,
                 record=record,
@@ -142,7 +160,9 @@ class Drill:
                 provider=provider,
                 user=user,
                 say=self.say,
+                web_url=web_url,
             )
+            cleanup.callback(conductor.cleanup)
             self._load(record, conductor, stack)
             self._drain(record, conductor)
             self._settle(record)
@@ -155,6 +175,11 @@ class Drill:
             record.received = receiver.snapshot()
             return evaluate(record)
         raise AssertionError("unreachable")  # pragma: no cover - ExitStack does not swallow
+
+    @staticmethod
+    def _remove_capped_budget(record: DrillRecord) -> None:
+        if record.capped_budget_id is not None:
+            drill_budget_remove(budget_id=record.capped_budget_id)
 
     def _close_breaker_left_open(self, record: DrillRecord) -> None:
         """An interrupted drill does not leave the breaker it opened open."""
@@ -177,7 +202,7 @@ class Drill:
         env.update({knob.setting: knob.value for knob in knobs(self.options)})
         return env
 
-    def _start(self, stack: Stack) -> FakeProvider:
+    def _start(self, stack: Stack) -> tuple[FakeProvider, str]:
         options = self.options
         provider = FakeProvider.start(stack, latency_ms=options.latency_ms, seed=options.seed)
         stack.env["ANTHROPIC_BASE_URL"] = provider.url
@@ -185,6 +210,14 @@ class Drill:
             stack.start_procfile("worker_llm", label=f"worker_llm_{index}")
         for name in ("worker_default", "reconciler", "monitor"):
             stack.start_procfile(name)
+        web_url = ""
+        if options.has("revoke"):
+            # The web server of the Procfile, for the WebSocket the drill revokes.
+            port = free_port()
+            stack.start_procfile("web", port=port)
+            web_url = f"http://127.0.0.1:{port}"
+            if not wait_until(lambda: httpx.get(f"{web_url}/healthz").is_success, timeout=60):
+                raise RuntimeError(f"the web server did not start:\n{stack.log_tails()}")
         started = wait_until(
             lambda: len(events.llm_worker_pids()) >= options.llm_workers, timeout=120, every=0.5
         )
@@ -192,26 +225,41 @@ class Drill:
             raise RuntimeError(f"the llm workers did not start:\n{stack.log_tails()}")
         self.say(
             f"started: fake provider {provider.url}, {options.llm_workers} llm workers, "
-            f"worker_default, reconciler, monitor (logs in {stack.log_dir})"
+            f"worker_default, reconciler, monitor{', web ' + web_url if web_url else ''} "
+            f"(logs in {stack.log_dir})"
         )
-        return provider
+        return provider, web_url
 
     # --- load, drain, settle -------------------------------------------------------------------
 
     def _submit(self, record: DrillRecord, index: int) -> None:
         assert self.user is not None
-        job, _ = job_submit(
-            user=self.user,
-            data={
-                "feature": FEATURES[index % len(FEATURES)],
-                "model": MODELS[index % len(MODELS)],
-                "messages": [
-                    {"role": "user", "content": f"Chaos drill job {index}: classify a ticket."}
-                ],
-                "max_tokens": 128,
-            },
-        )
+        capped = self.options.has("budget") and index % CAPPED_EVERY == CAPPED_EVERY - 1
+        try:
+            job, _ = job_submit(
+                user=self.user,
+                data={
+                    "feature": CAPPED_FEATURE if capped else FEATURES[index % len(FEATURES)],
+                    "model": MODELS[index % len(MODELS)],
+                    "messages": [
+                        {"role": "user", "content": f"Chaos drill job {index}: classify a ticket."}
+                    ],
+                    "max_tokens": 128,
+                },
+            )
+        except LimitExceeded:
+            if not capped:
+                raise
+            record.capped_refused_at_submit += 1  # its budget is spent: 429 at submit, as it should
+            return
         record.job_ids.append(str(job.id))
+        if capped and record.capped_budget_id is None:
+            # A budget that only some of the capped jobs fit in: the rest are refused, and
+            # its window is looked at right at its limit.
+            capped_jobs = max(1, self.options.jobs // CAPPED_EVERY)
+            limit = job_upper_bound_cost(job=job) * max(2, capped_jobs // CAPPED_SHARE)
+            if limit > 0:
+                record.capped_budget_id = drill_capped_budget_create(limit_usd=limit).id
 
     def _load(self, record: DrillRecord, conductor: Conductor, stack: Stack) -> None:
         options = self.options
@@ -240,6 +288,7 @@ class Drill:
 
     def _sample(self, record: DrillRecord, t: float) -> None:
         """Negative values are looked for all along, not only at the end; progress too."""
+        self._look_at_budgets(record)
         if int(t / 2) % 3 == 0:
             record.negative_samples += 1
             record.negatives_seen += events.negative_values(
@@ -256,6 +305,19 @@ class Drill:
             shown = " ".join(f"{status} {n}" for status, n in sorted(counts.items()))
             faults = ",".join(active_faults(record.phases, t)) or "-"
             self.say(f"{t:6.1f}s  jobs {len(record.job_ids)}: {shown}  (faults: {faults})")
+
+    @staticmethod
+    def _look_at_budgets(record: DrillRecord) -> None:
+        """Every budget of the drill's, every two seconds: no window may be above its limit."""
+        ids = [i for i in (record.budget_id, record.capped_budget_id) if i is not None]
+        above, now = events.budget_windows_above_limit(budget_ids=ids)
+        looks = record.budget_looks
+        looks.looks += 1
+        looks.above += above
+        for budget_id, (spent, limit) in now.items():
+            highest = looks.highest.get(budget_id)
+            if highest is None or Decimal(spent) > Decimal(highest[0]):
+                looks.highest[budget_id] = (spent, limit)
 
     def _drain(self, record: DrillRecord, conductor: Conductor) -> None:
         started = time.monotonic()

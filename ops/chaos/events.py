@@ -25,6 +25,8 @@ __all__ = [
     "BREAKER_CLOSE_REASON",
     "breaker_close_as_staff",
     "breaker_now",
+    "budget_windows_above_limit",
+    "held_before_claim",
     "in_flight_jobs",
     "negative_values",
     "open_failure_incidents",
@@ -61,6 +63,34 @@ def in_flight_jobs(*, worker_pid: int) -> list[str]:
                 )
             ]
     return []
+
+
+def held_before_claim(*, worker_pid: int) -> list[str]:
+    """Jobs the rq worker with this pid dequeued and has not claimed: its executions whose job
+    is still waiting (on the rate limiter, a database slot...)."""
+    running = in_flight_jobs(worker_pid=worker_pid)
+    return [
+        str(job_id)
+        for job_id in LlmJob.objects.filter(
+            id__in=running, status__in=LlmJob.WAITING_STATUSES
+        ).values_list("id", flat=True)
+    ]
+
+
+def budget_windows_above_limit(
+    *, budget_ids: list[int]
+) -> tuple[list[str], dict[int, tuple[str, str]]]:
+    """([each window above its budget's limit, in words], {budget id: (spent, limit)} now)."""
+    above, now = [], {}
+    for window in BudgetWindow.objects.filter(budget_id__in=budget_ids).select_related("budget"):
+        limit = window.budget.limit_usd
+        now[window.budget_id] = (str(window.spent_usd), str(limit))
+        if window.spent_usd > limit:
+            above.append(
+                f"budget {window.budget_id} window {window.window_start:%Y-%m-%d} spent "
+                f"${window.spent_usd} > limit ${limit}"
+            )
+    return above, now
 
 
 def llm_worker_pids() -> list[int]:

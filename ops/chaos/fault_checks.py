@@ -11,7 +11,12 @@ Alerts, as the receiver got them over HTTP:
 Faults: each one in the mix really happened, and the system came back from it (the killed
 worker was restarted and its jobs recovered; the flush found no rq scheduler running and every
 job it emptied Redis of ended; the breaker opened once and the drill closed it; the long calls
-ran once each).
+ran once each; the trickling call was cut at its deadline; the jobs a killed worker held on the
+limiter completed; the revoked socket was closed; the reconciler came back). A fault that did
+not happen fails its check, and its figures begin with "fault did not happen".
+
+The refusals of the drill's capped budget are expected: its budget alerts and its jobs' WARNING
+dead letters are left out of "storms paged nobody" (budget_checks.py checks the budget).
 """
 
 from collections import Counter
@@ -21,10 +26,23 @@ from alerts.notifications import failure_record_fingerprint
 from jobs.models import LlmJob
 from jobs.retry_policy import DEFAULT_SCHEDULES
 from ledger.models import CostEntry
+from ops.chaos.budget_checks import CAPPED_REFUSAL
 from ops.chaos.checks import Check
+from ops.chaos.fault_checks_more import NOT_HAPPENED, more_fault_checks
 from ops.chaos.record import DrillRecord
+from ops.chaos.setup import CAPPED_FEATURE
 
 __all__ = ["alert_checks", "fault_checks"]
+
+
+def _expected(record: DrillRecord, fingerprint: str) -> bool:
+    """An alert the drill causes on purpose: its capped budget's, or a refusal of its jobs."""
+    capped = record.capped_budget_id
+    if capped is not None and fingerprint.startswith("budget_") and f":{capped}:" in fingerprint:
+        return True
+    return fingerprint.startswith("failure:") and (
+        f":{CAPPED_REFUSAL}:{CAPPED_FEATURE}:" in fingerprint
+    )
 
 
 def _critical_fingerprints(record: DrillRecord) -> set[str]:
@@ -68,15 +86,17 @@ def _storms_quiet(record: DrillRecord) -> Check:
     )
     reasons = Counter(transient.values_list("reason_code", flat=True))
     critical = _critical_fingerprints(record)
+    received = [r for r in record.received if not _expected(record, r.fingerprint)]
+    expected = len(record.received) - len(received)
     loud = [
         r
-        for r in record.received
+        for r in received
         if r.action == "trigger"
         and r.severity in (Severity.ERROR, Severity.CRITICAL)
         and r.fingerprint not in critical
     ]
     warnings = (
-        {r.fingerprint for r in record.received if r.action == "trigger"}
+        {r.fingerprint for r in received if r.action == "trigger"}
         - critical
         - {r.fingerprint for r in loud}
     )
@@ -91,7 +111,12 @@ def _storms_quiet(record: DrillRecord) -> Check:
         + f", {len(loud)} ERROR/CRITICAL pages beside the CRITICAL conditions"
         + (f" (e.g. {loud[0].fingerprint})" if loud else "")
         + f"; {len(warnings)} WARNING condition(s) fired, {len(warnings & resolved)} resolved"
-        + (f" ({', '.join(sorted(warnings))})" if warnings else ""),
+        + (f" ({', '.join(sorted(warnings))})" if warnings else "")
+        + (
+            f"; {expected} alert(s) of the capped budget's refusals, as expected"
+            if expected
+            else ""
+        ),
     )
 
 
@@ -131,7 +156,8 @@ def _storm(record: DrillRecord, label: str, served: int, reason: str) -> Check:
     return Check(
         label,
         served > 0 and attempts > 0 and final == len(jobs),
-        f"provider {served}, ledger {attempts} attempts ({reason}) of {len(jobs)} jobs: "
+        (NOT_HAPPENED if not served else "")
+        + f"provider {served}, ledger {attempts} attempts ({reason}) of {len(jobs)} jobs: "
         f"{completed} completed, {failed} failed"
         + (f" ({_failed_because(jobs)})" if failed else "")
         + f", {len(jobs) - final} not final",
@@ -141,7 +167,13 @@ def _storm(record: DrillRecord, label: str, served: int, reason: str) -> Check:
 def _breaker(record: DrillRecord) -> Check:
     event = record.breaker
     if event is None or event.opened_at is None:
-        return Check("breaker opened once, closed", False, "the breaker never opened")
+        served = record.provider_stats.get("by_status", {}).get("401", 0)
+        return Check(
+            "breaker opened once, closed",
+            False,
+            (NOT_HAPPENED if not served else "")
+            + f"the provider answered {served} 401s; the breaker never opened",
+        )
     failed_401 = FailureRecord.objects.filter(
         job_id__in=record.job_ids, reason_code=event.reason
     ).count()
@@ -162,7 +194,7 @@ def _breaker(record: DrillRecord) -> Check:
 def _kill(record: DrillRecord) -> Check:
     event = record.kill
     if event is None:
-        return Check("kill -9, restart", False, "no worker was killed")
+        return Check("kill -9, restart", False, NOT_HAPPENED + "no worker was killed")
     _, lost = _ledger_rows(record, reason_code="worker_lost")
     jobs = set(event.jobs_in_flight) | lost
     final, completed = _all_final(jobs)
@@ -177,7 +209,8 @@ def _kill(record: DrillRecord) -> Check:
         # the reconciler as worker_lost, or (when the flush that follows wiped its lock first)
         # put back by another of its paths.
         event.restarted_after is not None and bool(event.jobs_in_flight) and final == len(jobs),
-        f"{event.process} (pid {event.pid}{', rq scheduler' if event.held_scheduler else ''}) "
+        (NOT_HAPPENED if not event.jobs_in_flight else "")
+        + f"{event.process} (pid {event.pid}{', rq scheduler' if event.held_scheduler else ''}) "
         f"killed at {event.at:.0f} s with {len(event.jobs_in_flight)} call(s) in flight, "
         f"{restarted}; {len(lost)} jobs recovered as worker_lost, {completed}/{len(jobs)} "
         "completed",
@@ -187,7 +220,7 @@ def _kill(record: DrillRecord) -> Check:
 def _flush(record: DrillRecord) -> Check:
     event = record.flush
     if event is None:
-        return Check("FLUSHDB, no scheduler", False, "Redis was never flushed")
+        return Check("FLUSHDB, no scheduler", False, NOT_HAPPENED + "Redis was never flushed")
     final, completed = _all_final(event.waiting_jobs)
     scheduler_gone = not event.scheduler_running or not record.options.has("kill")
     return Check(
@@ -200,9 +233,10 @@ def _flush(record: DrillRecord) -> Check:
 
 
 def _long_calls(record: DrillRecord) -> Check:
+    name = "long calls ran once"
     event = record.long_call
     if event is None:
-        return Check("long calls ran once", False, "no long call was made")
+        return Check(name, False, NOT_HAPPENED + "the provider never answered slowly")
     # A long call taken over would show as its attempt booked worker_lost, and its answer as a
     # late correction: look at every row of those attempts, not only at the attempt rows.
     long_rows = CostEntry.objects.filter(
@@ -214,12 +248,14 @@ def _long_calls(record: DrillRecord) -> Check:
         job_id__in=[job for job, _ in attempts], reason_code="worker_lost"
     ).values_list("job_id", "attempt")
     taken_over = len(attempts & set(lost))
-    return Check(
-        "long calls ran once",
-        bool(attempts) and answered == len(attempts) and taken_over == 0,
+    figures = (
+        f"{event.arrivals} calls arrived while the provider took {event.latency_seconds:g} s; "
         f"{len(attempts)} calls over the stale threshold ({event.stale_after_seconds:g} s), "
-        f"{answered} answered on their one attempt, {taken_over} taken over by the reconciler",
+        f"{answered} answered on their one attempt, {taken_over} taken over by the reconciler"
     )
+    if not attempts:
+        return Check(name, False, NOT_HAPPENED + figures)
+    return Check(name, answered == len(attempts) and taken_over == 0, figures)
 
 
 def fault_checks(record: DrillRecord) -> list[Check]:
@@ -242,4 +278,4 @@ def fault_checks(record: DrillRecord) -> list[Check]:
         checks.append(_breaker(record))
     if record.options.has("long"):
         checks.append(_long_calls(record))
-    return checks
+    return checks + more_fault_checks(record)

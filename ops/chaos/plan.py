@@ -4,11 +4,20 @@ scales in the processes it starts.
 The production checklist's drill (point 7) runs for hours against a test environment: 429s on
 20 % of calls for five minutes, 529s for two minutes, connections cut mid-answer. Here the whole
 drill takes ``duration`` seconds of load (five minutes by default) and every fault gets a slice
-of it, in an order that keeps them apart: rate limits, overload, a worker killed with -9, Redis
-flushed while no rq scheduler runs, a few 401s (the breaker), a call longer than the stale
-threshold. Dropped connections run through most of it. The 401s come after the flush: a flush
-right after them would lose their alerts' delivery jobs, which the monitor puts back only after
-five minutes (alerts/dispatch.py), and the drill would wait for that.
+of it, in an order that keeps them apart: rate limits, a call that trickles past its deadline,
+a budget disabled and enabled again, overload, the reconciler stopped (two minutes by default)
+while a worker is killed with -9 and Redis flushed while no rq scheduler runs, a few 401s (the
+breaker), a token revoked under its open WebSocket, a worker killed while jobs wait on the rate
+limiter (after the flush and with the reconciler back: a flush would put its jobs back by
+another path, and their recovery is the reconciler's), a call longer than the stale threshold.
+Dropped connections run through most of it. The 401s come after the flush: a flush right after
+them would lose their alerts' delivery jobs, which the monitor puts back only after five minutes
+(alerts/dispatch.py), and the drill would wait for that. The long calls come after the reconciler
+is back: a takeover needs it.
+
+A fault that depends on what the system is doing (a call to trickle, calls to slow down, jobs
+waiting on the limiter) is held until the provider or the workers show it happened, within a
+bound; the drill records what happened, and a check whose fault did not happen says so and fails.
 """
 
 from dataclasses import dataclass, field
@@ -34,6 +43,12 @@ FAULT_KINDS: dict[str, str] = {
     "flush": "FLUSHDB of the system's Redis database while no rq scheduler runs",
     "401": "401s (a revoked key) until the breaker has been open a few seconds; the drill then "
     "closes it as the admin action does",
+    "trickle": "a call answered one byte a second, past its deadline (it must end there)",
+    "budget": "the drill's budget disabled for a tenth of the drill, then enabled again; one "
+    "job in ten on a feature whose tight budget refuses some of them",
+    "reconciler": "the reconciler stopped for two fifths of the drill (two minutes by default)",
+    "revoke": "the API token of an open WebSocket deleted (the socket must close)",
+    "kill-waiting": "an llm worker killed with -9 while jobs it dequeued wait on the rate limiter",
     "long": "calls that outlive the stale threshold (the heartbeat must keep them)",
 }
 """Every fault kind a drill can include (--faults), in the order they happen."""
@@ -48,7 +63,20 @@ LONG_CALL_SECONDS = STALE_AFTER_SECONDS + 5.0
 """A long call outlives the stale threshold by a few heartbeats, and stays well under the read
 timeout (LLM_PROVIDER_READ_TIMEOUT, 60 s, not scaled)."""
 LONG_CALL_WINDOW_SECONDS = 2.0
-"""Calls that arrive at the provider within this window take LONG_CALL_SECONDS."""
+"""Calls that arrive at the provider within this window take LONG_CALL_SECONDS; the window
+lasts until LONG_CALLS_WANTED calls arrived in it, however slow the machine."""
+LONG_CALLS_WANTED = 4
+LONG_CALL_MAX_WAIT_SECONDS = 30.0
+"""The long-call window closes after this even if fewer calls arrived (the check says so)."""
+READ_TIMEOUT_SECONDS = 20.0
+"""The drill's LLM_PROVIDER_READ_TIMEOUT: the long calls (15 s) stay under it; a trickling call
+(the fake provider's ``trickle``: a byte a second, ten minutes for a whole answer) outlives the
+call's deadline of connect + read timeout (22 s) well within the drill."""
+CONNECT_TIMEOUT_SECONDS = 2.0
+"""The drill's LLM_PROVIDER_CONNECT_TIMEOUT: the fake provider is local; a shorter deadline lets
+the trickling call end before the reduced drill's kill (which waits for it)."""
+RECONCILER_STOP_FRACTION = 0.4
+"""The reconciler is stopped for this share of the drill: two minutes of the default five."""
 
 
 @dataclass(frozen=True)
@@ -99,10 +127,15 @@ class Phase:
 _SLOTS: dict[str, tuple[float, float | None]] = {
     "429": (0.05, 0.30),
     "drop": (0.10, 0.90),
+    "trickle": (0.05, None),
+    "budget": (0.18, 0.28),
+    "reconciler": (0.34, 0.34 + RECONCILER_STOP_FRACTION),
     "529": (0.35, 0.47),
     "kill": (0.52, None),
     "flush": (0.58, None),
     "401": (0.66, None),
+    "revoke": (0.70, None),
+    "kill-waiting": (0.75, None),
     "long": (0.76, None),
 }
 
@@ -118,6 +151,12 @@ def timeline(options: DrillOptions) -> list[Phase]:
             phase_end = start * options.duration + LONG_CALL_WINDOW_SECONDS
         phases.append(Phase(kind, start * options.duration, phase_end))
     return sorted(phases, key=lambda phase: phase.start)
+
+
+def call_deadline_seconds() -> float:
+    """The deadline of a drill call (128 tokens: the read timeout's floor applies), as
+    jobs/timeouts.py computes it: the connect timeout plus the read timeout."""
+    return CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS
 
 
 def breaker_hold_seconds(options: DrillOptions) -> float:
@@ -179,6 +218,28 @@ def knobs(options: DrillOptions) -> list[Knob]:
             "15",
             "with the scheduler gone, the reconciler moves due retries itself",
         ),
+        Knob(
+            "LLM_PROVIDER_CONNECT_TIMEOUT",
+            f"{CONNECT_TIMEOUT_SECONDS:g}",
+            "10",
+            "a local fake provider connects at once; the trickling call's deadline (connect + "
+            "read timeout) passes before the reduced drill's kill",
+        ),
+        Knob(
+            "LLM_PROVIDER_READ_TIMEOUT",
+            f"{READ_TIMEOUT_SECONDS:g}",
+            "60",
+            "a trickling call reaches its deadline (connect + read timeout) within the drill; "
+            f"the long calls ({LONG_CALL_SECONDS:g} s) stay under it",
+        ),
+        Knob(
+            "LLM_RATE_LIMIT_MAX_WAIT_SECONDS",
+            "75",
+            "0.99",
+            "jobs facing the kill-waiting fault's limit wait on the limiter in their worker "
+            "(never longer than the 60 s window) instead of going back to the queue",
+        ),
+        Knob("WEB_CONCURRENCY", "1", "cores", "one web process is enough for the drill's socket"),
         Knob(
             "ALERT_MONITOR_INTERVAL",
             "5",

@@ -137,6 +137,7 @@ class Stack:
         self.env = {**env, "PATH": bin_dir + os.pathsep + env.get("PATH", "")}
         self.log_dir = log_dir
         self.processes: list[Process] = []
+        self.stopped_on_purpose: set[str] = set()
 
     def start(self, name: str, args: list[str]) -> Process:
         path = self.log_dir / f"{len(self.processes):02d}-{name}.log"
@@ -156,8 +157,22 @@ class Stack:
         self.processes.append(process)
         return process
 
-    def start_procfile(self, name: str, *, label: str | None = None) -> Process:
-        return self.start(label or name, procfile_command(name))
+    def start_procfile(
+        self, name: str, *, label: str | None = None, port: int | None = None
+    ) -> Process:
+        """``port`` replaces the line's ``--port`` value (the web line's fixed 8000)."""
+        args = procfile_command(name)
+        if port is not None:
+            args[args.index("--port") + 1] = str(port)
+        return self.start(label or name, args)
+
+    def stop_process(self, process: Process) -> None:
+        """SIGTERM its respawn wrapper: a warm stop of its command, and no restart (a fault of
+        the drill: ``died`` leaves it out)."""
+        process.tree()
+        self.stopped_on_purpose.add(process.name)
+        if process.popen.poll() is None:
+            _kill([process.popen.pid], signal.SIGTERM)
 
     def watch(self) -> None:
         """Note every process now in each tree (called every few seconds by the drill)."""
@@ -172,7 +187,7 @@ class Stack:
         return [
             f"{p.name} (exit {p.popen.returncode})"
             for p in self.processes
-            if p.popen.poll() is not None
+            if p.popen.poll() is not None and p.name not in self.stopped_on_purpose
         ]
 
     def kill_command(self, process: Process) -> int | None:

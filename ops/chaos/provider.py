@@ -53,6 +53,12 @@ class FakeProvider:
             self.http.post("/_fake/faults", json=wanted).raise_for_status()
             self.applied = wanted
 
+    def trickled(self) -> list[str]:
+        """The job ids (Idempotency-Key) of the calls the provider has trickled (billed at once,
+        as ``trickled``): read from its billing log, small when the drill asks (early on)."""
+        calls = self.http.get("/_fake/billing").raise_for_status().json()["calls"]
+        return [call["idempotency_key"] for call in calls if call["how"] == "trickled"]
+
     def stats(self) -> dict[str, Any]:
         return dict(self.http.get("/_fake/stats").raise_for_status().json())
 

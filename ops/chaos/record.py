@@ -8,7 +8,18 @@ from ops.chaos.plan import DrillOptions, Knob, Phase
 from ops.chaos.provider import BilledCall
 from ops.chaos.receiver import Received
 
-__all__ = ["BreakerEvent", "DrillRecord", "FlushEvent", "KillEvent", "LongCallEvent"]
+__all__ = [
+    "BreakerEvent",
+    "BudgetLook",
+    "BudgetToggleEvent",
+    "DrillRecord",
+    "FlushEvent",
+    "KillEvent",
+    "LongCallEvent",
+    "ReconcilerStopEvent",
+    "RevokeEvent",
+    "TrickleEvent",
+]
 
 
 @dataclass
@@ -53,6 +64,61 @@ class LongCallEvent:
     at: float
     latency_seconds: float
     stale_after_seconds: float
+    arrivals: int = 0
+    """Calls that arrived at the provider while it answered slowly."""
+    closed_at: float | None = None
+
+
+@dataclass
+class TrickleEvent:
+    at: float
+    deadline_seconds: float
+    """The deadline of the drill's calls (connect + read timeout, jobs/timeouts.py)."""
+    job_ids: list[str] = field(default_factory=list)
+    """The jobs whose calls the provider trickled (its billing log), once the fault was lifted."""
+    lifted_at: float | None = None
+
+
+@dataclass
+class BudgetToggleEvent:
+    budget_id: int
+    disabled_at: float
+    disabled_wall: datetime
+    enabled_at: float | None = None
+    enabled_wall: datetime | None = None
+
+
+@dataclass
+class ReconcilerStopEvent:
+    at: float
+    process: str
+    planned_seconds: float
+    exited_after: float | None = None
+    restarted_at: float | None = None
+    waiting_at_restart: list[str] = field(default_factory=list)
+    """The drill's jobs not final when the reconciler came back."""
+
+
+@dataclass
+class RevokeEvent:
+    opened_at: float
+    revoked_at: float | None = None
+    heard_before: int = 0
+    heard_after: int = 0
+    """Events the socket heard more than a second after its token was deleted."""
+    closed_at: float | None = None
+    close_code: int | None = None
+    error: str = ""
+
+
+@dataclass
+class BudgetLook:
+    """The highest spend each budget's window showed at any look, and the looks above limit."""
+
+    looks: int = 0
+    highest: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """budget id -> (spent, limit) at its highest look, as text."""
+    above: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -77,6 +143,16 @@ class DrillRecord:
     flush: FlushEvent | None = None
     breaker: BreakerEvent | None = None
     long_call: LongCallEvent | None = None
+    trickle: TrickleEvent | None = None
+    budget_toggle: BudgetToggleEvent | None = None
+    reconciler_stop: ReconcilerStopEvent | None = None
+    kill_waiting: KillEvent | None = None
+    revoke: RevokeEvent | None = None
+    capped_budget_id: int | None = None
+    """The drill's tight budget (one feature): some of its jobs must be refused."""
+    capped_refused_at_submit: int = 0
+    """Capped jobs refused at submit (429: the budget spent); they are not in job_ids."""
+    budget_looks: BudgetLook = field(default_factory=BudgetLook)
     negative_samples: int = 0
     negatives_seen: list[str] = field(default_factory=list)
     provider_stats: dict[str, Any] = field(default_factory=dict)

@@ -5,6 +5,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
+from ops.chaos.budget_checks import budget_checks
 from ops.chaos.checks import Check, job_checks
 from ops.chaos.fault_checks import alert_checks, fault_checks
 from ops.chaos.plan import FAULT_KINDS
@@ -65,4 +66,9 @@ class Report:
 
 
 def evaluate(record: DrillRecord) -> list[Check]:
-    return [*job_checks(record), *alert_checks(record), *fault_checks(record)]
+    return [
+        *job_checks(record),
+        *budget_checks(record),
+        *alert_checks(record),
+        *fault_checks(record),
+    ]

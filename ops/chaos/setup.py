@@ -1,17 +1,33 @@
 """What a drill sets up in the database before it starts, and takes away after its checks:
 the user who owns its jobs and a budget over them (so that every attempt reserves and settles,
-and the check that no budget goes negative has something to look at)."""
+and the check that no budget goes negative has something to look at); a tight budget on one
+feature that some of its jobs run into (so that "no window above its limit" is tested at the
+limit); the API token of the drill's WebSocket."""
 
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import transaction
+from rest_framework.authtoken.models import Token
 
 from ledger.models import Budget
 from ops.chaos.safety import DRILL_USERNAME
 
-__all__ = ["BUDGET_LIMIT_USD", "drill_budget_create", "drill_budget_remove", "drill_user_ensure"]
+__all__ = [
+    "BUDGET_LIMIT_USD",
+    "CAPPED_FEATURE",
+    "drill_budget_create",
+    "drill_budget_remove",
+    "drill_budget_set_enabled",
+    "drill_capped_budget_create",
+    "drill_token_create",
+    "drill_token_revoke",
+    "drill_user_ensure",
+]
+
+CAPPED_FEATURE = "chaos-capped"
+"""One job in ten has this feature; its budget holds a sixth of their worst cases."""
 
 BUDGET_LIMIT_USD = Decimal("10000")
 """Far above what a drill spends (about $0.002 a job): the budget is reserved and settled on
@@ -42,3 +58,34 @@ def drill_budget_remove(*, budget_id: int) -> None:
     """Its windows and reservations go with it; the ledger rows stay (they never reference a
     budget)."""
     Budget.objects.filter(id=budget_id).delete()
+
+
+@transaction.atomic
+def drill_capped_budget_create(*, limit_usd: Decimal) -> Budget:
+    return Budget.objects.create(
+        scope=Budget.Scope.FEATURE,
+        feature=CAPPED_FEATURE,
+        period=Budget.Period.DAY,
+        limit_usd=limit_usd,
+        soft_alert_percent=100,
+        on_exceed=Budget.OnExceed.REJECT,
+    )
+
+
+def drill_budget_set_enabled(*, budget_id: int, enabled: bool) -> None:
+    """What staff do in the admin: ``save`` announces the change to every process
+    (ledger/config_cache.py)."""
+    budget = Budget.objects.get(id=budget_id)
+    budget.enabled = enabled
+    budget.save(update_fields=["enabled"])
+
+
+def drill_token_create(*, user: User) -> str:
+    Token.objects.filter(user=user).delete()
+    return str(Token.objects.create(user=user).key)
+
+
+def drill_token_revoke(*, user: User) -> int:
+    """Deletes the user's API token, as staff revoke one in the admin; returns how many."""
+    deleted, _ = Token.objects.filter(user=user).delete()
+    return deleted

@@ -235,6 +235,31 @@ def test_it_drops_the_connection_after_billing(url: str) -> None:
     assert seen["billed"]["output_tokens"] > 0 and Decimal(seen["billed"]["cost_usd"]) > 0
 
 
+def test_it_trickles_an_answer_a_byte_a_second_and_bills_it_at_once(url: str) -> None:
+    """Each byte comes within a 1.5 s read timeout: only a deadline on the whole call ends it.
+    The client going away ends the trickle (counted under timed_out)."""
+    configure(url, faults={"trickle": 1.0})
+    body = {"model": MODEL, "max_tokens": 64, "messages": [{"role": "user", "content": "x"}]}
+    timeout = httpx.Timeout(30, read=1.5)
+    with httpx.Client(base_url=url, timeout=timeout) as client:
+        started = time.monotonic()
+        with client.stream(
+            "POST", "/v1/messages", json=body, headers={"x-api-key": "test"}
+        ) as response:
+            assert response.status_code == 200
+            assert int(response.headers["content-length"]) > 100
+            chunks = response.iter_raw(1)
+            received = b"".join(next(chunks) for _ in range(3))
+            assert len(received) == 3 and time.monotonic() - started >= 1.5
+            billed = httpx.get(f"{url}/_fake/billing").json()["calls"]
+            assert [call["how"] for call in billed] == ["trickled"]
+    deadline = time.monotonic() + 10
+    while stats(url)["in_flight"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    seen = stats(url)
+    assert seen["in_flight"] == 0 and seen["timed_out"] == 1 and seen["by_status"] == {}
+
+
 def test_it_answers_garbage_with_a_200_and_bills_it(url: str) -> None:
     configure(url, faults={"garbage": 1.0})
     raw = sdk(url).messages.with_raw_response.create(
