@@ -487,7 +487,10 @@ def job_budget_refused(
     ):
         return None
     if refusal.action == "wait":
-        return _schedule_retry(job, at=refusal.retry_at, fields=["status", "next_attempt_at"])
+        # A hold, not a status change: no attempt was made, so a "retrying" here would be a
+        # transition the ledger cannot show (the metrics are checked against it).
+        delay = (refusal.retry_at - timezone.now()).total_seconds()
+        return _hold(job, delay_seconds=delay, reason=f"budget ({refusal.message})")
     classification = classify(kind="budget_exceeded")
     job.error_code = classification.reason_code
     job.error_http_status = None
@@ -522,6 +525,12 @@ def job_hold(
         rq_job_id is not None and job.rq_job_id != rq_job_id
     ):
         return None
+    return _hold(job, delay_seconds=delay_seconds, reason=reason)
+
+
+def _hold(job: LlmJob, *, delay_seconds: float, reason: str) -> LlmJob:
+    """A waiting job back on the queue after ``delay_seconds``, its status unchanged. Inside
+    the caller's transaction, the job's row locked."""
     delay = max(0.001, delay_seconds)
     if job.status == LlmJob.Status.RETRYING:
         job.next_attempt_at = timezone.now() + timedelta(seconds=delay)

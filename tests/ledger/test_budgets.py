@@ -311,3 +311,27 @@ def test_spend_booked_while_a_budget_was_disabled_counts_once_it_is_enabled_agai
     assert job.status == "failed" and job.error_code == "budget_exceeded" and job.attempts == 0
     assert fake_provider.stats()["requests"] == requests
     assert BudgetWindow.objects.get(budget=budget).spent_usd == ledger <= budget.limit_usd
+
+
+def test_a_job_waiting_for_the_calls_in_flight_is_held_without_a_transition(
+    alice_client, workers, fake_provider
+):
+    """Found by the chaos drill (issue 18): a budget's ``wait`` moved the job to ``retrying``, a
+    transition the metrics counted and the ledger cannot show (``metrics = ledger``: 14 != 9)."""
+    from ops.selectors import counter_totals, ledger_totals
+
+    bound = one_job_bound(alice_client)
+    feature_budget(limit_usd=bound * Decimal("1.5"))
+    in_flight = submit(alice_client, feature=FEATURE, max_tokens=16)
+    # Another copy holds the room as a call in flight would.
+    assert isinstance(budget_reserve(job=in_flight, attempt=1), Reservation)
+    job = submit(alice_client, feature=FEATURE, max_tokens=16)
+    queue = django_rq.get_queue(LLM_QUEUE)
+    queue.remove(job.rq_job_id)
+
+    assert job_run(job_id=str(job.id), rq_job_id=job.rq_job_id) == "budget_wait"
+
+    job.refresh_from_db()
+    assert job.status == "queued" and job.attempts == 0
+    assert job.rq_job_id in queue.scheduled_job_registry.get_job_ids()
+    assert counter_totals().differences(ledger_totals()) == []
