@@ -239,8 +239,11 @@ def _long_calls(record: DrillRecord) -> Check:
         return Check(name, False, NOT_HAPPENED + "the provider never answered slowly")
     # A long call taken over would show as its attempt booked worker_lost, and its answer as a
     # late correction: look at every row of those attempts, not only at the attempt rows.
+    # A trickled call also runs past the threshold, to its deadline: its own check looks at it.
+    trickled = {call.job_id for call in record.billing if call.how == "trickled"}
     long_rows = CostEntry.objects.filter(
-        job_id__in=record.job_ids, latency_ms__gt=event.stale_after_seconds * 1000
+        job_id__in=[job for job in record.job_ids if job not in trickled],
+        latency_ms__gt=event.stale_after_seconds * 1000,
     )
     attempts = set(long_rows.values_list("job_id", "attempt"))
     answered = long_rows.filter(entry_type="attempt", outcome=CostEntry.Outcome.SUCCESS).count()
