@@ -10,7 +10,8 @@ Routes:
     POST /_fake/faults       change the configuration, optionally for a window of seconds:
                              {"faults": {"529": 1.0}, "for_seconds": 120,
                               "latency_ms": "20-400", "rpm": 60, "itpm": 30000,
-                              "otpm": 8000, "rate_window_seconds": 60}
+                              "otpm": 8000, "rate_window_seconds": 60,
+                              "short_interval_seconds": 5}
     POST /_fake/reset        start configuration back; counters, cache memory and rpm window cleared
 
 Order of work for POST /v1/messages: read the body (413 past 32 MB), check the key (401), the
@@ -74,6 +75,7 @@ from .state import (
     parse_latency,
     parse_rate_window,
     parse_rpm,
+    parse_short_interval,
 )
 
 __all__ = ["FakeAnthropicApp", "FakeServer", "build_server", "create_app"]
@@ -206,6 +208,7 @@ class FakeAnthropicApp:
             "itpm",
             "otpm",
             "rate_window_seconds",
+            "short_interval_seconds",
         }
         if not isinstance(payload, dict) or not payload or set(payload) - allowed:
             raise ApiError(
@@ -224,6 +227,10 @@ class FakeAnthropicApp:
                     changes[limit] = parse_rpm(payload[limit])
             if "rate_window_seconds" in payload:
                 changes["rate_window_seconds"] = parse_rate_window(payload["rate_window_seconds"])
+            if "short_interval_seconds" in payload:
+                changes["short_interval_seconds"] = parse_short_interval(
+                    payload["short_interval_seconds"]
+                )
             seconds = payload.get("for_seconds")
             if seconds is not None and (
                 isinstance(seconds, bool)

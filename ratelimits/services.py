@@ -20,6 +20,7 @@ from jobs.models import LlmJob
 from jobs.provider import ProviderOutcome
 from jobs.retry_policy import classify
 from ledger.pricing import estimate_input_tokens
+from llmops.db_connections import release_connection
 from ratelimits.config import config_cache_clear, configured_limits
 from ratelimits.headers import learned_from_headers, pause_after_429
 from ratelimits.limiter import limiter_mark_sent, limiter_reserve, limiter_settle
@@ -101,6 +102,9 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
         if verdict.admitted:
             return RateLimitGrant(provider, model, reservation_id, waited_seconds=waited)
         if verdict.status == 0:
+            # No database connection (and so no slot of a threaded worker's few) is held while
+            # this thread sleeps: the threads recording answers and heartbeats need them.
+            release_connection()
             # A little jitter: threads that wait for the same slot do not all ask at once.
             time.sleep(verdict.ms / 1000 + random.uniform(0, 0.02))
             continue
@@ -142,7 +146,7 @@ def rate_limit_settle(grant: RateLimitGrant, outcome: ProviderOutcome) -> None:
     if grant.reservation_id is None:
         return
     learned = learned_from_headers(outcome.rate_limit_headers)
-    mode, input_tokens, output_tokens, pause = "settle", 0, 0, 0.0
+    mode, input_tokens, output_tokens, pause, rate_limited = "settle", 0, 0, 0.0, False
     if outcome.kind == "success":
         usage = outcome.usage
         # Cache reads do not count against the input limit of current models; writes do.
@@ -161,7 +165,10 @@ def rate_limit_settle(grant: RateLimitGrant, outcome: ProviderOutcome) -> None:
             message=outcome.message,
         ).reason_code
         if reason == "rate_limited":
-            pause = pause_after_429(retry_after=outcome.retry_after, learned=learned)
+            rate_limited = True
+            pause = pause_after_429(
+                retry_after=outcome.retry_after, headers=outcome.rate_limit_headers
+            )
             logger.warning(
                 "rate limited by the provider (429): every worker pauses %.1fs on %s",
                 pause,
@@ -182,6 +189,7 @@ def rate_limit_settle(grant: RateLimitGrant, outcome: ProviderOutcome) -> None:
             learned=learned if answered else None,
             pause_seconds=pause,
             mode=mode,
+            rate_limited=rate_limited,
         )
     except RedisError:
         logger.warning("rate limiter: a call's usage could not be recorded; it lapses itself")

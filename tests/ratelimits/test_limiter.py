@@ -2,16 +2,18 @@
 than a limit in any window (from many threads at once), tokens given back at settlement, the
 shared pause, learning, shares by feature weight and by user, and a Redis flush mid-run."""
 
+import email.utils
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import django_rq
 import pytest
 
 from llmops.queues import LLM_QUEUE, rate_limit_key
-from ratelimits.headers import learned_from_headers, pause_after_429
+from ratelimits.headers import DEFAULT_PAUSE_SECONDS, learned_from_headers, pause_after_429
 from ratelimits.selectors import rate_limit_statuses
 from tests.ratelimits.conftest import MODEL, PROVIDER, reserve, settle
 
@@ -20,6 +22,10 @@ pytestmark = pytest.mark.django_db
 
 def redis() -> Any:
     return django_rq.get_connection(LLM_QUEUE)
+
+
+def rfc3339(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def window_times() -> list[float]:
@@ -258,11 +264,7 @@ def test_a_flushed_redis_catches_up_from_the_providers_count():
     learned = {"requests": (5, 0, reset)}
     redis().flushdb()  # every key gone: the window, the learned limits
     _, reservation = reserve()  # learning again: one call goes out
-    settle(
-        reservation,
-        learned=learned,
-        pause_seconds=pause_after_429(retry_after=None, learned=learned),
-    )
+    settle(reservation, learned=learned, pause_seconds=(reset - time.time() * 1000) / 1000)
     # The provider said 5 of 5 used until its reset: the window takes that count, so nothing
     # else goes out before the reset, even once the pause is over.
     verdict, _ = reserve(max_wait_ms=0)
@@ -273,10 +275,41 @@ def test_a_flushed_redis_catches_up_from_the_providers_count():
     assert reserve()[0].admitted
 
 
+def http_date(epoch: float) -> str:
+    return email.utils.formatdate(epoch, usegmt=True)
+
+
 def test_pause_after_429_prefers_retry_after_then_a_spent_limits_reset():
-    now = 1_000_000.0
-    spent = {"requests": (50, 0, int((now + 7) * 1000)), "output_tokens": (8000, 10, 0)}
-    assert pause_after_429(retry_after=3.0, learned=spent, now=now) == 3.0
-    assert pause_after_429(retry_after=None, learned=spent, now=now) == 7.0
-    assert pause_after_429(retry_after=None, learned={}, now=now) == 5.0
-    assert pause_after_429(retry_after=86400.0, learned={}, now=now) == 900.0
+    now = time.time()
+    spent = {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": rfc3339(now + 7),
+        "anthropic-ratelimit-output-tokens-limit": "8000",
+        "anthropic-ratelimit-output-tokens-remaining": "10",
+        "date": http_date(now),
+    }
+    assert pause_after_429(retry_after=3.0, headers=spent) == 3.0
+    assert pause_after_429(retry_after=None, headers=spent) == 7.0
+    assert pause_after_429(retry_after=None, headers={}) == 5.0
+    assert pause_after_429(retry_after=86400.0, headers={}) == 900.0
+
+
+def test_pause_after_429_reads_the_reset_on_the_providers_clock_not_ours():
+    """A provider whose clock is an hour ahead of the worker's (or behind it): its reset, 7 s
+    after its own Date, is a pause of 7 s, not of 3607 s (capped to 900) nor of none."""
+    now = time.time()
+    for skew in (3600.0, -3600.0, 42.0):
+        headers = {
+            "anthropic-ratelimit-requests-limit": "50",
+            "anthropic-ratelimit-requests-remaining": "0",
+            "anthropic-ratelimit-requests-reset": rfc3339(now + skew + 7),
+            "date": http_date(now + skew),
+        }
+        assert pause_after_429(retry_after=None, headers=headers) == 7.0, skew
+        # What is learned is on our clock: the reset 7 s from now, whatever the provider's.
+        (_, _, reset) = learned_from_headers(headers, now=now)["requests"]
+        assert abs(reset / 1000 - (now + 7)) <= 1.0, skew
+    # Without a Date, a reset alone cannot be read: the default pause, not our clock's guess.
+    del headers["date"]
+    assert pause_after_429(retry_after=None, headers=headers) == DEFAULT_PAUSE_SECONDS
