@@ -6,6 +6,7 @@ Routes:
     GET  /_fake/health       {"ok": true}
     GET  /_fake/stats        counters and the bill (see below)
     GET  /_fake/billing      every billed call: request id, Idempotency-Key, cost, how it ended
+    GET  /_fake/arrivals     when each POST /v1/messages arrived (epoch seconds, the last 10,000)
     GET  /_fake/faults       the active configuration
     POST /_fake/faults       change the configuration, optionally for a window of seconds:
                              {"faults": {"529": 1.0}, "for_seconds": 120,
@@ -168,6 +169,7 @@ class FakeAnthropicApp:
             ("GET", "/_fake/health"): lambda body: {"ok": True},
             ("GET", "/_fake/stats"): lambda body: self.state.stats(),
             ("GET", "/_fake/billing"): lambda body: self.state.billing_log(),
+            ("GET", "/_fake/arrivals"): lambda body: self.state.arrival_log(),
             ("GET", "/_fake/faults"): lambda body: self.state.describe(),
             ("POST", "/_fake/faults"): self.set_faults,
             ("POST", "/_fake/reset"): self.reset,

@@ -50,6 +50,8 @@ __all__ = [
 ]
 
 WINDOW_SECONDS = 60.0
+ARRIVAL_LOG_LIMIT = 10_000
+"""Arrival times kept for ``GET /_fake/arrivals``: what a pacing test reads, on our clock."""
 BILLING_LOG_LIMIT = 200_000
 """Billed calls kept for ``GET /_fake/billing`` (the oldest fall off): a chaos drill's few
 thousand calls fit many times over, a fake provider left running for days stays bounded."""
@@ -392,6 +394,7 @@ class FakeProviderState:
         self._output_window = _TokenWindow()
         self._cache: dict[tuple[str, str], float] = {}
         self.requests = 0
+        self.arrivals: deque[float] = deque(maxlen=ARRIVAL_LOG_LIMIT)
         self.by_status: dict[str, int] = {}
         self.dropped = 0
         self.timed_out = 0
@@ -567,6 +570,7 @@ class FakeProviderState:
     def count_request(self) -> int:
         """Counts a request; returns the epoch it belongs to (pass it to the other counters)."""
         self.requests += 1
+        self.arrivals.append(self._wall())
         return self.epoch
 
     def count_status(self, status: int, epoch: int | None = None) -> None:
@@ -630,6 +634,10 @@ class FakeProviderState:
             ],
             "evicted": self.billing_evicted,
         }
+
+    def arrival_log(self) -> dict[str, Any]:
+        """When each request since the last reset arrived (epoch seconds, oldest first)."""
+        return {"arrivals": list(self.arrivals)}
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -11,7 +11,7 @@ Every worker thread of every process on every host reserves against the same key
   otherwise it says how long until they would fit (or the shared pause ends): wait that long in
   process, or be held and come back at a slot of the feature's line.
 - ``sent.lua``: just before the request leaves, its reservation is stamped again with the time
-  it really leaves.
+  it really leaves (and a pause set since it was admitted is reported).
 - ``settle.lua``: after the answer, the reservation becomes what the call used, the provider's
   ``anthropic-ratelimit-*`` headers are learned, and a 429 sets the pause every worker obeys
   (one that still shows room shrinks the burst: the provider enforces a shorter interval).
@@ -63,6 +63,12 @@ IDLE_KEY_SECONDS = 3600
 """An idle limiter's keys (the window, what waits, the feature lines) expire after an hour; the
 learned limits live ``LLM_RATE_LIMIT_LEARNED_TTL_SECONDS`` from the last answer."""
 
+STRICT_PACE_STRETCH = 1.02
+"""While a short-interval 429 keeps the burst below its setting, calls are paced 2 % further
+apart: with no burst to absorb it, the jitter between our admission and the provider's arrival
+stamp (the budget reservation and the claim come between, tens of ms on a loaded host) would
+otherwise meet the provider's interval now and then; 2 % of a 5 s interval is 100 ms."""
+
 _LUA = Path(__file__).resolve().parent / "lua"
 
 
@@ -92,7 +98,8 @@ def _window_ms() -> int:
 @dataclass(frozen=True)
 class Verdict:
     status: int
-    """1 admitted, 0 wait ``ms`` in process and ask again, 2 hold the job ``ms``."""
+    """1 admitted (start in ``ms``: its paced slot, 0 at once), 0 wait ``ms`` in process and ask
+    again, 2 hold the job ``ms``."""
     ms: int
     reason: str
     """admitted, requests, input_tokens, output_tokens, tokens, share, user_max_share,
@@ -145,18 +152,22 @@ def limiter_reserve(
             IDLE_KEY_SECONDS * 1000,
             int(settings.LLM_RATE_LIMIT_BURST_SECONDS * 1000),
             max(1, int(settings.LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS * 1000)),
+            repr(STRICT_PACE_STRETCH),
         ],
         client=redis_client(),
     )
     return Verdict(int(status), int(ms), reason.decode() if isinstance(reason, bytes) else reason)
 
 
-def limiter_mark_sent(*, provider: str, model: str, reservation_id: str) -> None:
-    _script("sent")(
-        keys=[rate_limit_key(provider, model, "window")],
+def limiter_mark_sent(*, provider: str, model: str, reservation_id: str) -> int:
+    """Stamp the reservation with the send time; returns the ms left of a pause every worker
+    is under (0: none), for a call given its slot before a 429 set it."""
+    paused = _script("sent")(
+        keys=[rate_limit_key(provider, model, "window"), rate_limit_key(provider, model, "pause")],
         args=[reservation_id],
         client=redis_client(),
     )
+    return int(paused or 0)
 
 
 def limiter_settle(

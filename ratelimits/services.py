@@ -56,6 +56,9 @@ class RateLimitGrant:
     reason: str = ""
     waited_seconds: float = 0.0
     """How long the worker waited in process before the answer."""
+    start_at: float = 0.0
+    """``time.monotonic()`` at which its paced slot is due: ``rate_limit_sent`` waits for it, so
+    the request leaves on its slot, the budget and the claim done meanwhile."""
 
     @property
     def held(self) -> bool:
@@ -100,7 +103,11 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
             )
         waited = time.monotonic() - started
         if verdict.admitted:
-            return RateLimitGrant(provider, model, reservation_id, waited_seconds=waited)
+            # A paced slot ms away is held for this call: rate_limit_sent waits for it.
+            due = time.monotonic() + verdict.ms / 1000
+            return RateLimitGrant(
+                provider, model, reservation_id, waited_seconds=waited, start_at=due
+            )
         if verdict.status == 0:
             # No database connection (and so no slot of a threaded worker's few) is held while
             # this thread sleeps: the threads recording answers and heartbeats need them.
@@ -113,13 +120,25 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
 
 
 def rate_limit_sent(grant: RateLimitGrant) -> None:
-    """The request leaves now: its reservation counts from this moment."""
+    """The request leaves now, or at its paced slot if that is still ahead (and after a pause
+    every worker began since): its reservation counts from that moment. Waiting here, after
+    the budget and the claim, not before them, makes the request leave on its slot: the
+    database work between would otherwise shift it by a varying few tens of ms, and a provider
+    that enforces short intervals counts arrivals."""
     if grant.reservation_id is None:
         return
+    delay = grant.start_at - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
     try:
-        limiter_mark_sent(
+        paused_ms = limiter_mark_sent(
             provider=grant.provider, model=grant.model, reservation_id=grant.reservation_id
         )
+        if paused_ms > 0:
+            time.sleep(min(paused_ms / 1000, settings.LLM_RATE_LIMIT_MAX_WAIT_SECONDS))
+            limiter_mark_sent(
+                provider=grant.provider, model=grant.model, reservation_id=grant.reservation_id
+            )
     except RedisError:
         logger.warning("rate limiter: the reservation's send time could not be recorded")
 

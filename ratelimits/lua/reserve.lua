@@ -20,7 +20,9 @@
 --       13 user max share (0 < s <= 1)  14 calls in flight while nothing is known
 --       15 ms this call may still wait in process  16 ms an idle limiter's keys live
 --       17 burst ms (LLM_RATE_LIMIT_BURST_SECONDS)  18 ms a shrunk burst takes to double
--- Returns {status, ms, reason}: 1 admitted; 0 wait ms in process then ask again; 2 hold: come
+--       19 how much longer the interval is while the burst is shrunk (STRICT_PACE_STRETCH)
+-- Returns {status, ms, reason}: 1 admitted (start in ms: its paced slot); 0 wait ms in process
+-- then ask again; 2 hold: come
 -- back in ms (a job held before keeps its place; a new one queues behind its feature's line).
 
 local DIMS = {'req', 'in', 'out'}
@@ -199,7 +201,9 @@ if user_max_share < 1 then
 end
 if bootstrap and open >= tonumber(ARGV[14]) then reason = 'learning' end
 -- Pacing: due at `tat` (never before now); a burst of b calls may start up to (b - 1)
--- intervals early. A learned short-interval burst doubles every ARGV 18 ms back to ARGV 17's.
+-- intervals early. A learned short-interval burst doubles every ARGV 18 ms back to ARGV 17's,
+-- and meanwhile the interval is ARGV 19 times longer: strict pacing has no burst to absorb the
+-- jitter between our admission and the provider's arrival stamp.
 local interval, tat, pace_over = nil, now, 0
 if limit.req and limit.req > 0 then
   interval = window_ms / limit.req
@@ -207,9 +211,19 @@ if limit.req and limit.req > 0 then
   local shrunk, since = tonumber(learned[6]), tonumber(learned[7])
   if shrunk and since then
     local grown = shrunk * 2 ^ math.floor(math.max(0, now - since) / tonumber(ARGV[18]))
-    burst = math.max(1, math.min(burst, math.floor(grown)))
+    if grown < burst then
+      burst = math.max(1, math.floor(grown))
+      interval = interval * tonumber(ARGV[19])
+    end
   end
-  tat = math.max(now, tonumber(redis.call('HGET', KEYS[10], 'tat') or '0') or 0)
+  local due = tonumber(redis.call('HGET', KEYS[10], 'tat') or '')
+  if due == nil then
+    -- Pacing starts (the limit just became known): the calls already in the window count as
+    -- if they had been paced from the oldest of them.
+    local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    due = (tonumber(oldest[2]) or now) + used.req * interval
+  end
+  tat = math.max(now, due)
   pace_over = tat - now - (burst - 1) * interval
   if pace_over > 0 and reason == nil then reason = 'pacing' end
 end
@@ -230,9 +244,18 @@ local function unwait()
   end
 end
 
+-- A call whose only wait is its paced slot, due within the wait it may still make, is given
+-- that slot now (start in `ticket` ms): the threads waiting in process take the next slots in
+-- turn instead of racing for each one, and a slot is not lost to the race's losers.
+local ticket = 0
+if reason == 'pacing' and pace_over <= max_wait then
+  ticket = math.ceil(pace_over)
+  reason = nil
+end
+
 if reason == nil then
   if redis.call('HEXISTS', KEYS[2], id) == 0 then
-    redis.call('ZADD', KEYS[1], int(now), id)
+    redis.call('ZADD', KEYS[1], int(now + ticket), id)
     redis.call('HSET', KEYS[2], id, table.concat({1, int(cost['in']), int(cost.out), feature,
       user, 1}, ' '))
     account(KEYS[3], {req = 1, ['in'] = cost['in'], out = cost.out, feature = feature,
@@ -246,7 +269,7 @@ if reason == nil then
   unwait()
   redis.call('HSETNX', KEYS[3], 'since', int(now))
   keep_alive()
-  return {1, 0, 'admitted'}
+  return {1, ticket, 'admitted'}
 end
 
 -- Milliseconds until `need` of dimension d has left the window, oldest calls first (only the

@@ -313,3 +313,73 @@ def test_pause_after_429_reads_the_reset_on_the_providers_clock_not_ours():
     # Without a Date, a reset alone cannot be read: the default pause, not our clock's guess.
     del headers["date"]
     assert pause_after_429(retry_after=None, headers=headers) == DEFAULT_PAUSE_SECONDS
+
+
+# --- Pacing (fault 8 of issue 18: a minute's budget left in one burst) ---------------------------
+
+
+def test_requests_are_paced_with_a_bounded_burst(settings):
+    """Sixteen threads asking all the time: at most burst + t * R / window calls in any t (here
+    2 + t / 0.2 s), and the rate is used; the old limiter let the whole limit go at once."""
+    settings.LLM_RATE_LIMIT_WINDOW_SECONDS = 4.0  # long enough that nothing is trimmed below
+    settings.LLM_RATE_LIMIT_BURST_SECONDS = 0.4  # 2 calls of 20 per 4 s (one per 0.2 s)
+    stop = time.monotonic() + 3.0
+
+    def hammer() -> None:
+        while time.monotonic() < stop:
+            verdict, _ = reserve(rpm=20, max_wait_ms=990)
+            if not verdict.admitted:
+                time.sleep(min(verdict.ms, 50) / 1000)
+
+    threads = [threading.Thread(target=hammer) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    times = sorted(window_times())  # Redis' own admission times
+    for i, start in enumerate(times):
+        for j in range(i, len(times)):
+            admitted, span = j - i + 1, times[j] - start
+            assert admitted <= 2 + span / 0.2 + 1e-6, f"{admitted} calls within {span:.3f} s"
+    assert len(times) >= 2 + 14  # 3 s at one per 0.2 s after the burst, less a slot or so
+
+
+def test_a_429_that_still_shows_room_shrinks_the_burst_until_it_regrows(settings):
+    """The provider refused a call its headers had room for: it enforces a shorter interval.
+    The burst drops to one call (strict pacing) and doubles back every recovery period; a 429
+    of a spent limit (remaining 0) teaches nothing about intervals."""
+    settings.LLM_RATE_LIMIT_BURST_SECONDS = 0.1  # 5 calls of 100 per 2 s (one per 20 ms)
+    settings.LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS = 0.6
+
+    def burst_now() -> int:
+        time.sleep(0.15)  # the bucket refills to its burst (the window stays far from full)
+        admitted = 0
+        while reserve(rpm=100)[0].admitted:
+            admitted += 1
+        return admitted
+
+    def refused_with(remaining: int) -> None:
+        time.sleep(0.05)
+        verdict, reservation = reserve(rpm=100)
+        assert verdict.admitted
+        # (A reset already past: the provider's count does not replace ours here.)
+        learned = {"requests": (100, remaining, int(time.time() * 1000) - 1000)}
+        settle(reservation, learned=learned, rate_limited=True)
+
+    assert burst_now() == 5
+    refused_with(remaining=0)
+    assert burst_now() == 5  # a spent limit's 429: the burst is kept
+    refused_with(remaining=6)
+    shrunk = time.monotonic()
+    assert burst_now() == 1
+    verdict, _ = reserve(rpm=100, max_wait_ms=0)
+    assert (verdict.status, verdict.reason) == (2, "pacing")
+    # Waiting in process is allowed: the next paced slot is given, to start in (at most) 20 ms
+    # and 2 % (strict pacing after the lesson); the one after it 20.4 ms later.
+    first, second = reserve(rpm=100, max_wait_ms=1000)[0], reserve(rpm=100, max_wait_ms=1000)[0]
+    assert first.admitted and 1 <= first.ms <= 21, first
+    assert second.admitted and 19 <= second.ms - first.ms <= 22, (first, second)
+    time.sleep(max(0.0, shrunk + 0.65 - time.monotonic()))  # (the slots given above pass)
+    assert burst_now() == 2  # one recovery period later: doubled
+    time.sleep(max(0.0, shrunk + 1.85 - time.monotonic()))
+    assert burst_now() == 5  # three periods: 8, capped at the configured burst
