@@ -11,7 +11,7 @@ Every worker thread of every process on every host reserves against the same key
   otherwise it says how long until they would fit (or the shared pause ends): wait that long in
   process, or be held and come back at a slot of the feature's line.
 - ``sent.lua``: just before the request leaves, its reservation is stamped again with the time
-  it really leaves (and a pause set since it was admitted is reported).
+  it really leaves (or it is told to wait: its slot moved behind a pause set since).
 - ``settle.lua``: after the answer, the reservation becomes what the call used, the provider's
   ``anthropic-ratelimit-*`` headers are learned, and a 429 sets the pause every worker obeys
   (one that still shows room shrinks the burst: the provider enforces a shorter interval).
@@ -160,10 +160,10 @@ def limiter_reserve(
 
 
 def limiter_mark_sent(*, provider: str, model: str, reservation_id: str) -> int:
-    """Stamp the reservation with the send time; returns the ms left of a pause every worker
-    is under (0: none), for a call given its slot before a 429 set it."""
+    """Stamp the reservation with the send time and return 0; or, when its paced slot is still
+    ahead (moved behind a pause) or every worker is paused, return the ms to wait first."""
     paused = _script("sent")(
-        keys=[rate_limit_key(provider, model, "window"), rate_limit_key(provider, model, "pause")],
+        keys=[rate_limit_key(provider, model, part) for part in ("window", "pause", "pace")],
         args=[reservation_id],
         client=redis_client(),
     )

@@ -22,7 +22,7 @@ from jobs.retry_policy import classify
 from ledger.pricing import estimate_input_tokens
 from llmops.db_connections import release_connection
 from ratelimits.config import config_cache_clear, configured_limits
-from ratelimits.headers import learned_from_headers, pause_after_429
+from ratelimits.headers import MAX_PAUSE_SECONDS, learned_from_headers, pause_after_429
 from ratelimits.limiter import limiter_mark_sent, limiter_reserve, limiter_settle
 from ratelimits.models import RateLimit
 
@@ -130,15 +130,16 @@ def rate_limit_sent(grant: RateLimitGrant) -> None:
     delay = grant.start_at - time.monotonic()
     if delay > 0:
         time.sleep(delay)
+    # A 429 meanwhile moves the slot behind its pause (settle.lua): wait for it, up to the
+    # longest pause there is (then the call leaves: a job claimed must not wait forever).
+    give_up = time.monotonic() + MAX_PAUSE_SECONDS
     try:
-        paused_ms = limiter_mark_sent(
+        while wait_ms := limiter_mark_sent(
             provider=grant.provider, model=grant.model, reservation_id=grant.reservation_id
-        )
-        if paused_ms > 0:
-            time.sleep(min(paused_ms / 1000, settings.LLM_RATE_LIMIT_MAX_WAIT_SECONDS))
-            limiter_mark_sent(
-                provider=grant.provider, model=grant.model, reservation_id=grant.reservation_id
-            )
+        ):
+            if time.monotonic() >= give_up:
+                break
+            time.sleep(wait_ms / 1000)
     except RedisError:
         logger.warning("rate limiter: the reservation's send time could not be recorded")
 

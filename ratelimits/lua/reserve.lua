@@ -13,7 +13,8 @@
 --       6 waitsum (hash: sums of what waits)        7 learned (hash: the provider's headers)
 --       8 pause (string: ms until which no call starts)
 --       9 holds (hash: feature -> ms of the next return slot)
---      10 pace (hash: tat = ms the next call is due at the paced rate, interval = ms per call)
+--      10 pace (hash: tat = ms the next call is due at the paced rate, interval = ms per call,
+--         strict = 1 while a short-interval burst is in force: sent.lua keeps late calls apart)
 -- ARGV  1 reservation id  2 job id  3 feature  4 user  5 input tokens  6 output tokens
 --       7 8 9 configured requests / input / output limit (-1: none)
 --       10 window ms  11 feature weights (JSON object)  12 user fair share (1/0)
@@ -204,7 +205,7 @@ if bootstrap and open >= tonumber(ARGV[14]) then reason = 'learning' end
 -- intervals early. A learned short-interval burst doubles every ARGV 18 ms back to ARGV 17's,
 -- and meanwhile the interval is ARGV 19 times longer: strict pacing has no burst to absorb the
 -- jitter between our admission and the provider's arrival stamp.
-local interval, tat, pace_over = nil, now, 0
+local interval, tat, pace_over, strict = nil, now, 0, 0
 if limit.req and limit.req > 0 then
   interval = window_ms / limit.req
   local burst = math.max(1, math.min(limit.req, math.floor(tonumber(ARGV[17]) / interval)))
@@ -214,6 +215,7 @@ if limit.req and limit.req > 0 then
     if grown < burst then
       burst = math.max(1, math.floor(grown))
       interval = interval * tonumber(ARGV[19])
+      strict = 1
     end
   end
   local due = tonumber(redis.call('HGET', KEYS[10], 'tat') or '')
@@ -263,7 +265,7 @@ if reason == nil then
     redis.call('HINCRBY', KEYS[3], 'open', 1)
     if interval then
       redis.call('HSET', KEYS[10], 'tat', string.format('%.3f', tat + interval),
-        'interval', string.format('%.3f', interval))
+        'interval', string.format('%.3f', interval), 'strict', strict)
     end
   end
   unwait()

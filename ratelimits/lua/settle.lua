@@ -130,6 +130,18 @@ if pause_ms > 0 then
   local current = tonumber(redis.call('GET', KEYS[5]) or '0') or 0
   if until_ms > current then
     redis.call('SET', KEYS[5], int(until_ms), 'PX', int(pause_ms + 1000))
+    -- Calls given a paced slot that has not come yet move behind the pause, one interval
+    -- apart, and the pace goes on after them: none leaves during the pause, nor all at its end.
+    local interval = tonumber(redis.call('HGET', KEYS[6], 'interval'))
+    if interval then
+      local ahead = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. int(now), '+inf')
+      for i, ticket in ipairs(ahead) do
+        redis.call('ZADD', KEYS[1], int(until_ms + (i - 1) * interval), ticket)
+      end
+      local due = tonumber(redis.call('HGET', KEYS[6], 'tat') or '0') or 0
+      local after = until_ms + #ahead * interval
+      if after > due then redis.call('HSET', KEYS[6], 'tat', string.format('%.3f', after)) end
+    end
   end
 end
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
