@@ -499,6 +499,10 @@ LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS = envfloat(
 """After a 429 whose headers still showed room (the provider enforces a shorter interval), the
 burst is one call; it doubles after each this many seconds without another such 429, up to
 LLM_RATE_LIMIT_BURST_SECONDS. Each probe too far costs about one 429 (docs/operations.md)."""
+LLM_RATE_LIMIT_SLOW_START = envbool("LLM_RATE_LIMIT_SLOW_START", "True")
+"""A limiter that starts pacing (a fresh start, a Redis flush, a limit first learned) starts with
+a burst of one call, doubling every LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS: its first burst does
+not meet a provider that enforces short intervals with many calls at once."""
 LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY = envint("LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY", 4, minimum=1)
 """With nothing configured and no answer seen yet for a model, at most this many calls are in
 flight: the first answers carry the provider's limits."""

@@ -153,6 +153,7 @@ def limiter_reserve(
             int(settings.LLM_RATE_LIMIT_BURST_SECONDS * 1000),
             max(1, int(settings.LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS * 1000)),
             repr(STRICT_PACE_STRETCH),
+            1 if settings.LLM_RATE_LIMIT_SLOW_START else 0,
         ],
         client=redis_client(),
     )

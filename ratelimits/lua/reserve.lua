@@ -22,6 +22,7 @@
 --       15 ms this call may still wait in process  16 ms an idle limiter's keys live
 --       17 burst ms (LLM_RATE_LIMIT_BURST_SECONDS)  18 ms a shrunk burst takes to double
 --       19 how much longer the interval is while the burst is shrunk (STRICT_PACE_STRETCH)
+--       20 1: a limiter that starts pacing starts with a burst of one (slow start)
 -- Returns {status, ms, reason}: 1 admitted (start in ms: its paced slot); 0 wait ms in process
 -- then ask again; 2 hold: come
 -- back in ms (a job held before keeps its place; a new one queues behind its feature's line).
@@ -210,6 +211,13 @@ if limit.req and limit.req > 0 then
   interval = window_ms / limit.req
   local burst = math.max(1, math.min(limit.req, math.floor(tonumber(ARGV[17]) / interval)))
   local shrunk, since = tonumber(learned[6]), tonumber(learned[7])
+  if not (shrunk and since) and ARGV[20] == '1' then
+    -- A limiter that starts pacing starts as if it had just learned a short interval: its
+    -- burst must be earned, one doubling per period, each too far costing about one 429,
+    -- rather than its first burst meeting a strict provider with many calls at once.
+    shrunk, since = 1, now
+    redis.call('HSET', KEYS[7], 'burst', 1, 'burst_at', int(now))
+  end
   if shrunk and since then
     local grown = shrunk * 2 ^ math.floor(math.max(0, now - since) / tonumber(ARGV[18]))
     if grown < burst then
