@@ -6,17 +6,19 @@
 --
 -- Under strict pacing (a short interval learned) a call leaving later than its slot (a slow
 -- budget or claim) would come closer to the next ones than the provider's interval allows:
--- the slots given after it move back by its lateness, at least one interval apart from it.
+-- the slots given after it move back by its lateness beyond ARGV 2 ms (what the stretched
+-- interval absorbs), at least one interval apart from it.
 --
--- KEYS  1 window  2 pause  3 pace   ARGV  1 reservation id
+-- KEYS  1 window  2 pause  3 pace   ARGV  1 reservation id  2 lateness absorbed (ms)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local slot = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
 if slot and slot > now + 2 then return math.floor(slot - now) end
 local pause = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if pause > now then return math.floor(pause - now) end
-if slot and now - slot > 10 and redis.call('HGET', KEYS[3], 'strict') == '1' then
-  local late = now - slot
+local tolerance = tonumber(ARGV[2])
+if slot and now - slot > tolerance and redis.call('HGET', KEYS[3], 'strict') == '1' then
+  local late = now - slot - tolerance
   local interval = tonumber(redis.call('HGET', KEYS[3], 'interval')) or 0
   local next_free = now + interval
   local ahead = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%d', now), '+inf',

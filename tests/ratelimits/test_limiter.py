@@ -383,3 +383,26 @@ def test_a_429_that_still_shows_room_shrinks_the_burst_until_it_regrows(settings
     assert burst_now() == 2  # one recovery period later: doubled
     time.sleep(max(0.0, shrunk + 1.85 - time.monotonic()))
     assert burst_now() == 5  # three periods: 8, capped at the configured burst
+
+
+def test_a_limiter_that_starts_pacing_earns_its_burst(settings):
+    """Slow start: a fresh limiter (or one Redis lost) sends one call at a time, doubling its
+    burst every recovery period up to the setting, so its first burst never meets a provider
+    that enforces short intervals with many calls at once."""
+    settings.LLM_RATE_LIMIT_SLOW_START = True
+    settings.LLM_RATE_LIMIT_BURST_SECONDS = 0.1  # 5 calls of 100 per 2 s
+    settings.LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS = 0.5
+
+    def burst_now() -> int:
+        time.sleep(0.15)
+        admitted = 0
+        while reserve(rpm=100)[0].admitted:
+            admitted += 1
+        return admitted
+
+    started = time.monotonic()
+    assert burst_now() == 1
+    time.sleep(max(0.0, started + 0.55 - time.monotonic()))
+    assert burst_now() == 2
+    time.sleep(max(0.0, started + 1.55 - time.monotonic()))
+    assert burst_now() == 5
