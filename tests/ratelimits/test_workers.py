@@ -98,8 +98,8 @@ def test_workers_pace_their_calls_against_a_provider_that_enforces_short_interva
     """The provider allows 12 per 3 s and also at most 4 in any 1 s (it "may enforce a per-minute
     limit over shorter intervals"). The workers, starting fresh, pace one call every 3.5 s / 12
     (with the margin) x 1.02 (strict pacing): 0.3 s, never more than 1 + t / 0.3 s in any t as
-    the provider counts arrivals, and the provider refuses nothing (the old limiter sent its
-    12 at once: 8 of them 429)."""
+    the provider counts arrivals, and the provider refuses nothing (the old limiter, which let
+    a window's 12 go at once: 21 429s for these 36 jobs)."""
     fake_provider.faults(
         {}, rpm=12, rate_window_seconds=WINDOW, short_interval_seconds=1, latency_ms="50-150"
     )
