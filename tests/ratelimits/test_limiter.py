@@ -375,7 +375,7 @@ def test_a_429_that_still_shows_room_shrinks_the_burst_until_it_regrows(settings
     verdict, _ = reserve(rpm=100, max_wait_ms=0)
     assert (verdict.status, verdict.reason) == (2, "pacing")
     # Waiting in process is allowed: the next paced slot is given, to start in (at most) 20 ms
-    # and 2 % (strict pacing after the lesson); the one after it 20.4 ms later.
+    # and a stretch (strict pacing after the lesson); the one after it about 20 ms later.
     first, second = reserve(rpm=100, max_wait_ms=1000)[0], reserve(rpm=100, max_wait_ms=1000)[0]
     assert first.admitted and 1 <= first.ms <= 21, first
     assert second.admitted and 19 <= second.ms - first.ms <= 22, (first, second)

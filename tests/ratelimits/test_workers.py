@@ -20,6 +20,7 @@ from django.core.management import call_command
 from jobs.models import LlmJob
 from ledger.models import CostEntry
 from llmops.queues import LLM_QUEUE
+from ratelimits.limiter import STRICT_PACE_STRETCH
 from ratelimits.selectors import rate_limit_statuses
 from tests.conftest import submit
 from tests.jobs.test_takeover import wait_for
@@ -97,7 +98,7 @@ def test_workers_pace_their_calls_against_a_provider_that_enforces_short_interva
 ):
     """The provider allows 12 per 3 s and also at most 4 in any 1 s (it "may enforce a per-minute
     limit over shorter intervals"). The workers, starting fresh, pace one call every 3.5 s / 12
-    (with the margin) x 1.02 (strict pacing): 0.3 s, never more than 1 + t / 0.3 s in any t as
+    (with the margin), stretched for strict pacing: 0.3 s, never more than 1 + t / 0.3 s in any t as
     the provider counts arrivals, and the provider refuses nothing (the old limiter, which let
     a window's 12 go at once: 21 429s for these 36 jobs)."""
     fake_provider.faults(
@@ -111,7 +112,7 @@ def test_workers_pace_their_calls_against_a_provider_that_enforces_short_interva
 
     statuses = fake_provider.stats()["by_status"]
     assert statuses.get("429", 0) <= 1, statuses
-    interval = (WINDOW + 0.5) / 12 * 1.02
+    interval = (WINDOW + 0.5) / 12 * STRICT_PACE_STRETCH
     # The provider's own arrival times, from the first answer on (the limits are learned from
     # it): burst + t / interval in any t, give or take 50 ms of send jitter.
     arrivals = fake_provider.arrivals()[4:]  # (the first 4 find the limits out together)
