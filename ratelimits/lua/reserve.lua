@@ -226,7 +226,13 @@ if limit.req and limit.req > 0 then
       strict = 1
     end
   end
-  local due = tonumber(redis.call('HGET', KEYS[10], 'tat') or '')
+  local pace = redis.call('HMGET', KEYS[10], 'tat', 'interval')
+  local due, was = tonumber(pace[1]), tonumber(pace[2])
+  if due and was and was > 0 and due > now and was ~= interval then
+    -- The limit changed (an admin edit, a new learned value): the calls already paced count
+    -- at the new rate, so a raised limit takes effect at once and a lowered one at once too.
+    due = now + (due - now) * interval / was
+  end
   if due == nil then
     -- Pacing starts (the limit just became known): the calls already in the window count as
     -- if they had been paced from the oldest of them.
