@@ -1,16 +1,19 @@
 """The shared rate limiter at the provider's limit: W worker processes, a backlog of jobs, and the
-fake provider enforcing --rpm R over a sliding 60 s window with 1-3 s of latency per call.
+fake provider enforcing --rpm R over a sliding 60 s window with 1-3 s of latency per call, and
+then (BENCH_SHORT_INTERVALS, default 0,5) also over any 5 s (--short-interval 5: at most R/12
+in any 5 s, as the provider documents it may enforce a per-minute limit).
 
     make bench-ratelimit
     BENCH_RPM=120 BENCH_SECONDS=120 BENCH_WORKERS=2,4,8 .venv/bin/python bench/ratelimit.py
+    BENCH_WORKERS=4 BENCH_SHORT_INTERVALS=5 .venv/bin/python bench/ratelimit.py
 
 Nothing is configured: each run starts from an empty Redis, so the limiter learns R from the
 provider's first answers (anthropic-ratelimit-* headers). For each W it prints the successful
 calls per minute over BENCH_SECONDS from the first call, as a fraction of R (the provider admits
 at most R in any 60 s, so R per minute is the ceiling); the share of calls answered 429 (the
 fake provider refuses exactly the calls that would take its window over R: no 429 means it
-never saw more than R in any 60 s); and how often a job was held (back on the queue, no
-attempt used).
+never saw more than R in any 60 s); how often a job was held (back on the queue, no
+attempt used); and the successes/429s per 10 s (a burst at each turn of the window shows).
 Target: at least 0.95 of R with under 1 % 429s for each W.
 
 Uses its own MariaDB database (BENCH_RATELIMIT_DATABASE_URL, default
@@ -36,6 +39,8 @@ sys.path.insert(0, str(ROOT))
 RPM = int(os.environ.get("BENCH_RPM", "120"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "120"))
 WORKER_COUNTS = [int(w) for w in os.environ.get("BENCH_WORKERS", "2,4,8").split(",")]
+SHORT_INTERVALS = [float(s) for s in os.environ.get("BENCH_SHORT_INTERVALS", "0,5").split(",")]
+"""0: the sliding 60 s window alone; S: the fake provider also enforces R over any S seconds."""
 LATENCY_MS = os.environ.get("BENCH_LATENCY_MS", "1000-3000")
 DATABASE_URL = os.environ.get(
     "BENCH_RATELIMIT_DATABASE_URL", "mysql://root@127.0.0.1:3306/llmops_bench_ratelimit"
@@ -110,12 +115,19 @@ def main() -> None:
                 time.sleep(0.2)
         user = get_user_model().objects.create_user("bench")
         backlog = int(RPM * SECONDS / 60 * 1.4) + 50
-        for workers in WORKER_COUNTS:
+        runs = [(short, workers) for short in SHORT_INTERVALS for workers in WORKER_COUNTS]
+        for short, workers in runs:
             # A fresh start for each run: the provider's window, our limiter (learned again),
             # the queue; jobs left over from the last run can no longer run.
             LlmJob.objects.filter(status__in=LlmJob.WAITING_STATUSES).update(status="cancelled")
             redis.flushdb()
             httpx.post(f"http://127.0.0.1:{port}/_fake/reset").raise_for_status()
+            if short:
+                httpx.post(
+                    f"http://127.0.0.1:{port}/_fake/faults",
+                    json={"short_interval_seconds": short},
+                ).raise_for_status()
+            enforced = f"any {short:g} s and 60 s" if short else "60 s"
             round_started = time.time()
             for i in range(backlog):
                 job_submit(
@@ -161,12 +173,17 @@ def main() -> None:
                 for n in range(workers)
             )
             provider = httpx.get(f"http://127.0.0.1:{port}/_fake/stats").json()["by_status"]
+            tens = [
+                f"{sum(1 for e in ok if first + k <= sent(e) < first + k + 10)}/"
+                f"{sum(1 for e in limited if first + k <= sent(e) < first + k + 10)}"
+                for k in range(0, int(SECONDS), 10)
+            ]
             results.append(
-                f"W={workers}: {len(ok)} successful calls in {SECONDS:.0f} s = "
+                f"R over {enforced}, W={workers}: {len(ok)} successful calls in {SECONDS:.0f} s = "
                 f"{per_minute:.1f}/min = {per_minute / RPM:.3f} of R; 429s: {len(limited)} of "
                 f"{len(span)} calls = {100 * len(limited) / max(1, len(span)):.2f} % "
                 f"(the provider's count for the whole run: {provider}); jobs held (back on the "
-                f"queue, no attempt used): {holds}"
+                f"queue, no attempt used): {holds}; successes/429s per 10 s: {' '.join(tens)}"
             )
             print(results[-1], flush=True)
     finally:
@@ -175,17 +192,23 @@ def main() -> None:
     concurrency = getattr(settings, "LLM_WORKER_CONCURRENCY", 1)
     print()
     print(
-        f"fake provider --rpm {RPM} --latency-ms {LATENCY_MS} (sliding 60 s window); nothing "
+        f"fake provider --rpm {RPM} --latency-ms {LATENCY_MS} (sliding 60 s window; "
+        f"--short-interval {','.join(f'{s:g}' for s in SHORT_INTERVALS)}, 0: none); nothing "
         f"configured (limits learned from the headers); W x `manage.py rqworker llm "
         f"--with-scheduler` ({settings.RQ['WORKER_CLASS']}, LLM_WORKER_CONCURRENCY="
-        f"{concurrency}); a backlog of {backlog} jobs per run; measured over {SECONDS:.0f} s "
+        f"{concurrency}, LLM_RATE_LIMIT_BURST_SECONDS={settings.LLM_RATE_LIMIT_BURST_SECONDS:g}); "
+        f"a backlog of {backlog} jobs per run; measured over {SECONDS:.0f} s "
         f"from each run's first call; {len(os.sched_getaffinity(0))} cores, "
         f"Python {sys.version.split()[0]}"
     )
     for line in results:
         print(line)
     workers_list = ",".join(map(str, WORKER_COUNTS))
-    knobs = f"BENCH_RPM={RPM} BENCH_SECONDS={SECONDS:g} BENCH_WORKERS={workers_list}"
+    shorts = ",".join(f"{s:g}" for s in SHORT_INTERVALS)
+    knobs = (
+        f"BENCH_RPM={RPM} BENCH_SECONDS={SECONDS:g} BENCH_WORKERS={workers_list} "
+        f"BENCH_SHORT_INTERVALS={shorts}"
+    )
     print(
         f"reproduce: make bench-ratelimit  (or {knobs} "
         f"BENCH_LATENCY_MS={shlex.quote(LATENCY_MS)} .venv/bin/python bench/ratelimit.py)"

@@ -6,11 +6,13 @@ Routes:
     GET  /_fake/health       {"ok": true}
     GET  /_fake/stats        counters and the bill (see below)
     GET  /_fake/billing      every billed call: request id, Idempotency-Key, cost, how it ended
+    GET  /_fake/arrivals     when each POST /v1/messages arrived (epoch seconds, the last 10,000)
     GET  /_fake/faults       the active configuration
     POST /_fake/faults       change the configuration, optionally for a window of seconds:
                              {"faults": {"529": 1.0}, "for_seconds": 120,
                               "latency_ms": "20-400", "rpm": 60, "itpm": 30000,
-                              "otpm": 8000, "rate_window_seconds": 60}
+                              "otpm": 8000, "rate_window_seconds": 60,
+                              "short_interval_seconds": 5}
     POST /_fake/reset        start configuration back; counters, cache memory and rpm window cleared
 
 Order of work for POST /v1/messages: read the body (413 past 32 MB), check the key (401), the
@@ -78,6 +80,7 @@ from .state import (
     parse_latency,
     parse_rate_window,
     parse_rpm,
+    parse_short_interval,
 )
 
 __all__ = ["FakeAnthropicApp", "FakeServer", "build_server", "create_app"]
@@ -175,6 +178,7 @@ class FakeAnthropicApp:
             ("GET", "/_fake/health"): lambda body: {"ok": True},
             ("GET", "/_fake/stats"): lambda body: self.state.stats(),
             ("GET", "/_fake/billing"): lambda body: self.state.billing_log(),
+            ("GET", "/_fake/arrivals"): lambda body: self.state.arrival_log(),
             ("GET", "/_fake/faults"): lambda body: self.state.describe(),
             ("POST", "/_fake/faults"): self.set_faults,
             ("POST", "/_fake/reset"): self.reset,
@@ -215,6 +219,7 @@ class FakeAnthropicApp:
             "itpm",
             "otpm",
             "rate_window_seconds",
+            "short_interval_seconds",
         }
         if not isinstance(payload, dict) or not payload or set(payload) - allowed:
             raise ApiError(
@@ -233,6 +238,10 @@ class FakeAnthropicApp:
                     changes[limit] = parse_rpm(payload[limit])
             if "rate_window_seconds" in payload:
                 changes["rate_window_seconds"] = parse_rate_window(payload["rate_window_seconds"])
+            if "short_interval_seconds" in payload:
+                changes["short_interval_seconds"] = parse_short_interval(
+                    payload["short_interval_seconds"]
+                )
             seconds = payload.get("for_seconds")
             if seconds is not None and (
                 isinstance(seconds, bool)

@@ -12,6 +12,11 @@ front). Each configured limit answers its ``anthropic-ratelimit-<kind>-limit/-re
 headers (reset: when the window is fully replenished, RFC 3339), on successes and errors alike;
 with both token limits set, ``anthropic-ratelimit-tokens-*`` carry their sums. A request over
 any limit gets 429 with ``retry-after``: whole seconds until enough of the window frees.
+
+``short_interval_seconds`` (S) also enforces the requests limit over any S seconds, as the API
+documents it may ("60 RPM may be enforced as one request a second"): at most
+max(1, floor(rpm * S / rate_window_seconds)) requests in any S s. Such a 429 still shows the
+window's remaining requests in its headers, as the real one does: the window has room.
 """
 
 from __future__ import annotations
@@ -41,10 +46,13 @@ __all__ = [
     "parse_latency",
     "parse_rate_window",
     "parse_rpm",
+    "parse_short_interval",
     "price_for",
 ]
 
 WINDOW_SECONDS = 60.0
+ARRIVAL_LOG_LIMIT = 10_000
+"""Arrival times kept for ``GET /_fake/arrivals``: what a pacing test reads, on our clock."""
 BILLING_LOG_LIMIT = 200_000
 """Billed calls kept for ``GET /_fake/billing`` (the oldest fall off): a chaos drill's few
 thousand calls fit many times over, a fake provider left running for days stays bounded."""
@@ -157,6 +165,26 @@ def parse_rate_window(value: Any) -> float:
     return seconds
 
 
+def parse_short_interval(value: Any) -> float | None:
+    """Seconds over which the requests limit is also enforced: None / 0 for none, or a number
+    in (0, 3600]. Raises ValueError."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"short_interval_seconds must be a number of seconds, not {value!r}")
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"short_interval_seconds must be a number of seconds, not {value!r}"
+        ) from None
+    if seconds == 0:
+        return None
+    if not 0 < seconds <= 3600:
+        raise ValueError(f"short_interval_seconds must be in (0, 3600], not {value!r}")
+    return seconds
+
+
 def _rate(code: str, rate: Any) -> float:
     if code not in FAULT_CODES:
         raise ValueError(f"unknown fault code {code!r}; known: {', '.join(FAULT_CODES)}")
@@ -201,6 +229,14 @@ class Config:
     itpm: int | None = None
     otpm: int | None = None
     rate_window_seconds: float = WINDOW_SECONDS
+    short_interval_seconds: float | None = None
+
+    def short_limit(self) -> int | None:
+        """Requests admitted in any ``short_interval_seconds`` (None: not enforced)."""
+        if self.rpm is None or self.short_interval_seconds is None:
+            return None
+        share = self.short_interval_seconds / self.rate_window_seconds
+        return min(self.rpm, max(1, math.floor(self.rpm * share + 1e-9)))
 
     def describe(self) -> dict[str, Any]:
         low, high = self.latency_ms
@@ -211,6 +247,7 @@ class Config:
             "itpm": self.itpm,
             "otpm": self.otpm,
             "rate_window_seconds": self.rate_window_seconds,
+            "short_interval_seconds": self.short_interval_seconds,
         }
 
     def describe_limits(self) -> str:
@@ -224,6 +261,9 @@ class Config:
             )
             if value is not None
         ]
+        short = self.short_limit()
+        if short is not None:
+            limits.append(f"{short} requests per {self.short_interval_seconds:g} s")
         return ", ".join(limits) or "none"
 
     def faults_text(self) -> str:
@@ -318,6 +358,7 @@ class FakeProviderState:
         itpm: Any = None,
         otpm: Any = None,
         rate_window_seconds: Any = WINDOW_SECONDS,
+        short_interval_seconds: Any = None,
         seed: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -329,6 +370,7 @@ class FakeProviderState:
             parse_rpm(itpm),
             parse_rpm(otpm),
             parse_rate_window(rate_window_seconds),
+            parse_short_interval(short_interval_seconds),
         )
         self.seed = seed
         self._clock = clock
@@ -355,6 +397,7 @@ class FakeProviderState:
         self._output_window = _TokenWindow()
         self._cache: dict[tuple[str, str], float] = {}
         self.requests = 0
+        self.arrivals: deque[float] = deque(maxlen=ARRIVAL_LOG_LIMIT)
         self.by_status: dict[str, int] = {}
         self.dropped = 0
         self.timed_out = 0
@@ -432,6 +475,12 @@ class FakeProviderState:
         waits = []
         if rpm is not None and len(window) >= rpm:
             waits.append(window[len(window) - rpm] + seconds - now)
+        short, short_limit = config.short_interval_seconds, config.short_limit()
+        if short is not None and short_limit is not None and len(window) >= short_limit:
+            # The window holds arrival times in order: the short_limit-th latest decides.
+            nth = window[len(window) - short_limit]
+            if nth > now - short:
+                waits.append(nth + short - now)
         for _, token_window, limit, cost in tokens:
             if limit is not None and token_window.used + cost > limit:
                 waits.append(token_window.wait_for(cost, limit, now, seconds))
@@ -524,6 +573,7 @@ class FakeProviderState:
     def count_request(self) -> int:
         """Counts a request; returns the epoch it belongs to (pass it to the other counters)."""
         self.requests += 1
+        self.arrivals.append(self._wall())
         return self.epoch
 
     def count_status(self, status: int, epoch: int | None = None) -> None:
@@ -587,6 +637,10 @@ class FakeProviderState:
             ],
             "evicted": self.billing_evicted,
         }
+
+    def arrival_log(self) -> dict[str, Any]:
+        """When each request since the last reset arrived (epoch seconds, oldest first)."""
+        return {"arrivals": list(self.arrivals)}
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -138,7 +138,12 @@ def _parse_retry_after(headers: Any) -> float | None:
 
 
 def _rate_limit_headers(headers: Any) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower().startswith("anthropic-ratelimit-")}
+    # Date too: a reset is read against the provider's clock, not ours (ratelimits/headers.py).
+    return {
+        k: v
+        for k, v in headers.items()
+        if k.lower().startswith("anthropic-ratelimit-") or k.lower() == "date"
+    }
 
 
 def _usage(usage: Any) -> dict[str, int]:

@@ -537,6 +537,21 @@ LLM_RATE_LIMIT_MARGIN_SECONDS = envfloat("LLM_RATE_LIMIT_MARGIN_SECONDS", 0.25, 
 """A call counts this much longer than the window: the time between our send and the provider's
 arrival stamp varies by some milliseconds, and a call must not leave our window before it
 leaves the provider's (0.25 s of 60 costs 0.4 % of the limit)."""
+LLM_RATE_LIMIT_BURST_SECONDS = envfloat("LLM_RATE_LIMIT_BURST_SECONDS", 5.0, minimum=0.0)
+"""Admissions are paced at the request limit's rate (R per window, one every window/R) with a
+burst of at most this many seconds' worth of it (at least one call): a provider that enforces
+its per-minute limit over shorter intervals sees no minute's budget spent at once. A window's
+worth or more: no pacing, the sliding window alone."""
+LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS = envfloat(
+    "LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS", 600.0, minimum=0.001
+)
+"""After a 429 whose headers still showed room (the provider enforces a shorter interval), the
+burst is one call; it doubles after each this many seconds without another such 429, up to
+LLM_RATE_LIMIT_BURST_SECONDS. Each probe too far costs about one 429 (docs/operations.md)."""
+LLM_RATE_LIMIT_SLOW_START = envbool("LLM_RATE_LIMIT_SLOW_START", "True")
+"""A limiter that starts pacing (a fresh start, a Redis flush, a limit first learned) starts with
+a burst of one call, doubling every LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS: its first burst does
+not meet a provider that enforces short intervals with many calls at once."""
 LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY = envint("LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY", 4, minimum=1)
 """With nothing configured and no answer seen yet for a model, at most this many calls are in
 flight: the first answers carry the provider's limits."""

@@ -3,12 +3,16 @@
 The Messages API sends on every answer, success or error, for each limit that applies:
 ``anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-{limit,remaining,reset}``
 (reset: RFC 3339, when the limit is fully replenished), and ``retry-after`` (seconds) on a 429.
+A reset is a time on the provider's clock: it is read against the answer's own ``Date`` header,
+never against ours (a worker whose clock is off by a minute would pause a minute too long, or
+not at all).
 """
 
 import math
 import time
 from collections.abc import Mapping
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 
 __all__ = [
     "DEFAULT_PAUSE_SECONDS",
@@ -49,10 +53,25 @@ def _epoch_ms(value: str | None) -> int:
         return 0
 
 
-def learned_from_headers(headers: Mapping[str, str]) -> dict[str, tuple[int, int, int]]:
+def _date_ms(value: str | None) -> int:
+    """The HTTP ``Date`` header (RFC 9110: whole seconds) in epoch ms; 0 when absent or bad."""
+    if not value:
+        return 0
+    try:
+        return int(parsedate_to_datetime(value.strip()).timestamp() * 1000)
+    except (TypeError, ValueError):
+        return 0
+
+
+def learned_from_headers(
+    headers: Mapping[str, str], *, now: float | None = None
+) -> dict[str, tuple[int, int, int]]:
     """{kind: (limit, remaining or -1, reset epoch ms or 0)} for every kind whose ``-limit``
-    header is present and readable."""
+    header is present and readable. With a ``Date`` header, each reset is moved onto our clock
+    (``now``, default the time of this call): now + (reset - Date)."""
     lowered = {key.lower(): value for key, value in headers.items()}
+    date = _date_ms(lowered.get("date"))
+    shift = 0 if not date else int((time.time() if now is None else now) * 1000) - date
     learned: dict[str, tuple[int, int, int]] = {}
     for kind in KINDS:
         prefix = f"anthropic-ratelimit-{kind.replace('_', '-')}"
@@ -60,28 +79,31 @@ def learned_from_headers(headers: Mapping[str, str]) -> dict[str, tuple[int, int
         if limit is None or limit <= 0:
             continue
         remaining = _int(lowered.get(f"{prefix}-remaining"))
+        reset = _epoch_ms(lowered.get(f"{prefix}-reset"))
         learned[kind] = (
             limit,
             -1 if remaining is None else max(0, remaining),
-            _epoch_ms(lowered.get(f"{prefix}-reset")),
+            reset + shift if reset else 0,
         )
     if "input_tokens" in learned or "output_tokens" in learned:
         learned.pop("tokens", None)
     return learned
 
 
-def pause_after_429(
-    *,
-    retry_after: float | None,
-    learned: Mapping[str, tuple[int, int, int]],
-    now: float | None = None,
-) -> float:
-    """Seconds every worker waits after a rate-limit 429: the provider's retry-after when it
-    sends one, else the reset of a limit it reports spent, else ``DEFAULT_PAUSE_SECONDS``."""
+def pause_after_429(*, retry_after: float | None, headers: Mapping[str, str]) -> float:
+    """Seconds every worker waits after a rate-limit 429, always a duration the provider gave:
+    its retry-after when it sends one, else the reset of a limit it reports spent less the
+    answer's ``Date`` (both on its clock), else ``DEFAULT_PAUSE_SECONDS``."""
     if retry_after is not None:
         return min(MAX_PAUSE_SECONDS, max(0.0, retry_after))
-    now_ms = (time.time() if now is None else now) * 1000
-    resets = [reset for _, remaining, reset in learned.values() if remaining == 0 and reset]
+    date = _date_ms({key.lower(): value for key, value in headers.items()}.get("date"))
+    if not date:
+        return DEFAULT_PAUSE_SECONDS  # a reset alone is a time on a clock we cannot read
+    resets = [
+        reset
+        for _, remaining, reset in learned_from_headers(headers, now=date / 1000).values()
+        if remaining == 0 and reset
+    ]
     if resets:
-        return min(MAX_PAUSE_SECONDS, max(0.0, math.ceil(min(resets) - now_ms) / 1000))
+        return min(MAX_PAUSE_SECONDS, max(0.0, math.ceil(min(resets) - date) / 1000))
     return DEFAULT_PAUSE_SECONDS

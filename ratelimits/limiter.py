@@ -1,21 +1,25 @@
-"""The shared limiter in Redis: one sliding window per provider and model, three Lua scripts.
+"""The shared limiter in Redis: one sliding window and one pace per provider and model, three Lua
+scripts.
 
 Every worker thread of every process on every host reserves against the same keys
 (``llmops.queues.rate_limit_key``) in one atomic script, on Redis' clock:
 
 - ``reserve.lua``: a call takes 1 request, its input-token bound and its ``max_tokens`` in a
   sliding window (``LLM_RATE_LIMIT_WINDOW_SECONDS`` + margin) if all three fit under their
-  limits, less what is held back for other features' and users' waiting calls; otherwise it
-  says how long until they would fit (or the shared pause ends): wait that long in process, or
-  be held and come back at a slot of the feature's line.
+  limits, less what is held back for other features' and users' waiting calls, and its request
+  is due at the paced rate (one every window / R, ``LLM_RATE_LIMIT_BURST_SECONDS`` of burst);
+  otherwise it says how long until they would fit (or the shared pause ends): wait that long in
+  process, or be held and come back at a slot of the feature's line.
 - ``sent.lua``: just before the request leaves, its reservation is stamped again with the time
-  it really leaves.
+  it really leaves (or it is told to wait: its slot moved behind a pause set since).
 - ``settle.lua``: after the answer, the reservation becomes what the call used, the provider's
-  ``anthropic-ratelimit-*`` headers are learned, and a 429 sets the pause every worker obeys.
+  ``anthropic-ratelimit-*`` headers are learned, and a 429 sets the pause every worker obeys
+  (one that still shows room shrinks the burst: the provider enforces a shorter interval).
 
 A sliding window of N calls per 60 s never sends more than a provider's token bucket of the same
 size admits (its capacity N refills at N per minute), nor more than a sliding window does: it is
-safe against either kind of provider limit.
+safe against either kind of provider limit. The pace spreads those N across the window, for a
+provider that enforces its limit over shorter intervals too (docs/operations.md, Rate limits).
 """
 
 import json
@@ -51,12 +55,25 @@ KEY_PARTS = (
     "learned",
     "pause",
     "holds",
+    "pace",
 )
 """The keys of one provider's and model's limiter, in the order reserve.lua takes them."""
 
 IDLE_KEY_SECONDS = 3600
 """An idle limiter's keys (the window, what waits, the feature lines) expire after an hour; the
 learned limits live ``LLM_RATE_LIMIT_LEARNED_TTL_SECONDS`` from the last answer."""
+
+STRICT_PACE_STRETCH = 1.02
+"""While a short-interval 429 keeps the burst below its setting, calls are paced 2 % further
+apart: with no burst to absorb it, the jitter between our admission and the provider's arrival
+stamp (the budget reservation and the claim come between, tens of ms on a loaded host) would
+otherwise meet the provider's interval now and then; 2 % of a 5 s interval is 100 ms."""
+
+STRICT_LATE_TOLERANCE_MS = 40
+"""Under strict pacing, a call leaving up to this much after its slot moves nothing, a later one
+moves the slots given after it by the rest (sent.lua): at 120 RPM the 2 % stretch leaves 10 ms
+per interval, so 40 ms is absorbed by any provider interval of 4 calls (2 s) or more; moving
+every slot for a few ms late cost 6 % of the rate in bench/ratelimit.py."""
 
 _LUA = Path(__file__).resolve().parent / "lua"
 
@@ -87,11 +104,13 @@ def _window_ms() -> int:
 @dataclass(frozen=True)
 class Verdict:
     status: int
-    """1 admitted, 0 wait ``ms`` in process and ask again, 2 hold the job ``ms``."""
+    """1 admitted (start in ``ms``: its paced slot, 0 at once), 0 wait ``ms`` in process and ask
+    again, 2 hold the job ``ms``."""
     ms: int
     reason: str
     """admitted, requests, input_tokens, output_tokens, tokens, share, user_max_share,
-    learning (nothing known yet: a few calls find the limits out) or paused (after a 429)."""
+    pacing (the next paced slot is not due yet), learning (nothing known yet: a few calls find
+    the limits out) or paused (after a 429)."""
 
     @property
     def admitted(self) -> bool:
@@ -137,18 +156,25 @@ def limiter_reserve(
             settings.LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY,
             max(0, max_wait_ms),
             IDLE_KEY_SECONDS * 1000,
+            int(settings.LLM_RATE_LIMIT_BURST_SECONDS * 1000),
+            max(1, int(settings.LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS * 1000)),
+            repr(STRICT_PACE_STRETCH),
+            1 if settings.LLM_RATE_LIMIT_SLOW_START else 0,
         ],
         client=redis_client(),
     )
     return Verdict(int(status), int(ms), reason.decode() if isinstance(reason, bytes) else reason)
 
 
-def limiter_mark_sent(*, provider: str, model: str, reservation_id: str) -> None:
-    _script("sent")(
-        keys=[rate_limit_key(provider, model, "window")],
-        args=[reservation_id],
+def limiter_mark_sent(*, provider: str, model: str, reservation_id: str) -> int:
+    """Stamp the reservation with the send time and return 0; or, when its paced slot is still
+    ahead (moved behind a pause) or every worker is paused, return the ms to wait first."""
+    paused = _script("sent")(
+        keys=[rate_limit_key(provider, model, part) for part in ("window", "pause", "pace")],
+        args=[reservation_id, STRICT_LATE_TOLERANCE_MS],
         client=redis_client(),
     )
+    return int(paused or 0)
 
 
 def limiter_settle(
@@ -162,11 +188,13 @@ def limiter_settle(
     learned: dict[str, tuple[int, int, int]] | None = None,
     pause_seconds: float = 0.0,
     mode: str = "settle",
+    rate_limited: bool = False,
 ) -> None:
     """Set a reservation to what the call used (``mode`` settle), leave it as reserved (keep:
     the outcome is unknown) or take it away (drop: the call never left); learn ``learned``
     ({kind: (limit, remaining, reset epoch ms)}; None: nothing to learn), and pause every worker
-    ``pause_seconds``."""
+    ``pause_seconds``. ``rate_limited``: the answer was a rate-limit 429 (with room left in its
+    headers, the burst shrinks: settle.lua)."""
     assert mode in ("settle", "keep", "drop")
     keys = limiter_keys(provider, model)
     args: list[Any] = [
@@ -180,7 +208,10 @@ def limiter_settle(
         _window_ms(),
         IDLE_KEY_SECONDS * 1000,
         mode,
+        1 if rate_limited else 0,
     ]
     _script("settle")(
-        keys=[keys[0], keys[1], keys[2], keys[6], keys[7]], args=args, client=redis_client()
+        keys=[keys[0], keys[1], keys[2], keys[6], keys[7], keys[9]],
+        args=args,
+        client=redis_client(),
     )

@@ -20,8 +20,9 @@ from jobs.models import LlmJob
 from jobs.provider import ProviderOutcome
 from jobs.retry_policy import classify
 from ledger.pricing import estimate_input_tokens
+from llmops.db_connections import release_connection
 from ratelimits.config import config_cache_clear, configured_limits
-from ratelimits.headers import learned_from_headers, pause_after_429
+from ratelimits.headers import MAX_PAUSE_SECONDS, learned_from_headers, pause_after_429
 from ratelimits.limiter import limiter_mark_sent, limiter_reserve, limiter_settle
 from ratelimits.models import RateLimit
 
@@ -55,6 +56,9 @@ class RateLimitGrant:
     reason: str = ""
     waited_seconds: float = 0.0
     """How long the worker waited in process before the answer."""
+    start_at: float = 0.0
+    """``time.monotonic()`` at which its paced slot is due: ``rate_limit_sent`` waits for it, so
+    the request leaves on its slot, the budget and the claim done meanwhile."""
 
     @property
     def held(self) -> bool:
@@ -99,8 +103,15 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
             )
         waited = time.monotonic() - started
         if verdict.admitted:
-            return RateLimitGrant(provider, model, reservation_id, waited_seconds=waited)
+            # A paced slot ms away is held for this call: rate_limit_sent waits for it.
+            due = time.monotonic() + verdict.ms / 1000
+            return RateLimitGrant(
+                provider, model, reservation_id, waited_seconds=waited, start_at=due
+            )
         if verdict.status == 0:
+            # No database connection (and so no slot of a threaded worker's few) is held while
+            # this thread sleeps: the threads recording answers and heartbeats need them.
+            release_connection()
             # A little jitter: threads that wait for the same slot do not all ask at once.
             time.sleep(verdict.ms / 1000 + random.uniform(0, 0.02))
             continue
@@ -109,13 +120,26 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
 
 
 def rate_limit_sent(grant: RateLimitGrant) -> None:
-    """The request leaves now: its reservation counts from this moment."""
+    """The request leaves now, or at its paced slot if that is still ahead (and after a pause
+    every worker began since): its reservation counts from that moment. Waiting here, after
+    the budget and the claim, not before them, makes the request leave on its slot: the
+    database work between would otherwise shift it by a varying few tens of ms, and a provider
+    that enforces short intervals counts arrivals."""
     if grant.reservation_id is None:
         return
+    delay = grant.start_at - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+    # A 429 meanwhile moves the slot behind its pause (settle.lua): wait for it, up to the
+    # longest pause there is (then the call leaves: a job claimed must not wait forever).
+    give_up = time.monotonic() + MAX_PAUSE_SECONDS
     try:
-        limiter_mark_sent(
+        while wait_ms := limiter_mark_sent(
             provider=grant.provider, model=grant.model, reservation_id=grant.reservation_id
-        )
+        ):
+            if time.monotonic() >= give_up:
+                break
+            time.sleep(wait_ms / 1000)
     except RedisError:
         logger.warning("rate limiter: the reservation's send time could not be recorded")
 
@@ -142,7 +166,7 @@ def rate_limit_settle(grant: RateLimitGrant, outcome: ProviderOutcome) -> None:
     if grant.reservation_id is None:
         return
     learned = learned_from_headers(outcome.rate_limit_headers)
-    mode, input_tokens, output_tokens, pause = "settle", 0, 0, 0.0
+    mode, input_tokens, output_tokens, pause, rate_limited = "settle", 0, 0, 0.0, False
     if outcome.kind == "success":
         usage = outcome.usage
         # Cache reads do not count against the input limit of current models; writes do.
@@ -161,7 +185,10 @@ def rate_limit_settle(grant: RateLimitGrant, outcome: ProviderOutcome) -> None:
             message=outcome.message,
         ).reason_code
         if reason == "rate_limited":
-            pause = pause_after_429(retry_after=outcome.retry_after, learned=learned)
+            rate_limited = True
+            pause = pause_after_429(
+                retry_after=outcome.retry_after, headers=outcome.rate_limit_headers
+            )
             logger.warning(
                 "rate limited by the provider (429): every worker pauses %.1fs on %s",
                 pause,
@@ -182,6 +209,7 @@ def rate_limit_settle(grant: RateLimitGrant, outcome: ProviderOutcome) -> None:
             learned=learned if answered else None,
             pause_seconds=pause,
             mode=mode,
+            rate_limited=rate_limited,
         )
     except RedisError:
         logger.warning("rate limiter: a call's usage could not be recorded; it lapses itself")

@@ -51,6 +51,10 @@ class FakeProvider:
     def stats(self) -> dict[str, Any]:
         return self.http.get("/_fake/stats").json()
 
+    def arrivals(self) -> list[float]:
+        """When each request since the last reset arrived (epoch seconds, oldest first)."""
+        return list(self.http.get("/_fake/arrivals").json()["arrivals"])
+
 
 @pytest.fixture(scope="session")
 def fake_provider_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeProvider]:

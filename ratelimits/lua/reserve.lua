@@ -2,18 +2,29 @@
 -- window of one provider and model, or say how long to wait. Atomic: every worker thread of
 -- every process on every host runs this against the same keys, with Redis' own clock.
 --
+-- Requests are also paced (GCRA, a token bucket kept as one time): one call every window / R,
+-- with a burst of at most ARGV 17 ms of that rate (at least one call), smaller while a
+-- short-interval 429 was learned (settle.lua); the sliding window still caps any window at R.
+-- So no more than burst + t * R / window calls leave in any t, and never R at once.
+--
 -- KEYS  1 window (zset: reservation id -> ms)      2 entries (hash: id -> "req in out f u open")
 --       3 usage (hash: sums in the window)          4 waiting (zset: job id -> counts until ms)
 --       5 waitentries (hash: job id -> "req in out f u kind")
 --       6 waitsum (hash: sums of what waits)        7 learned (hash: the provider's headers)
 --       8 pause (string: ms until which no call starts)
 --       9 holds (hash: feature -> ms of the next return slot)
+--      10 pace (hash: tat = ms the next call is due at the paced rate, interval = ms per call,
+--         strict = 1 while a short-interval burst is in force: sent.lua keeps late calls apart)
 -- ARGV  1 reservation id  2 job id  3 feature  4 user  5 input tokens  6 output tokens
 --       7 8 9 configured requests / input / output limit (-1: none)
 --       10 window ms  11 feature weights (JSON object)  12 user fair share (1/0)
 --       13 user max share (0 < s <= 1)  14 calls in flight while nothing is known
 --       15 ms this call may still wait in process  16 ms an idle limiter's keys live
--- Returns {status, ms, reason}: 1 admitted; 0 wait ms in process then ask again; 2 hold: come
+--       17 burst ms (LLM_RATE_LIMIT_BURST_SECONDS)  18 ms a shrunk burst takes to double
+--       19 how much longer the interval is while the burst is shrunk (STRICT_PACE_STRETCH)
+--       20 1: a limiter that starts pacing starts with a burst of one (slow start)
+-- Returns {status, ms, reason}: 1 admitted (start in ms: its paced slot); 0 wait ms in process
+-- then ask again; 2 hold: come
 -- back in ms (a job held before keeps its place; a new one queues behind its feature's line).
 
 local DIMS = {'req', 'in', 'out'}
@@ -80,7 +91,7 @@ end
 
 -- The limit of each dimension: the smaller of the configured and the learned one.
 local learned = redis.call('HMGET', KEYS[7], 'requests_limit', 'input_tokens_limit',
-  'output_tokens_limit', 'tokens_limit', 'seen')
+  'output_tokens_limit', 'tokens_limit', 'seen', 'burst', 'burst_at')
 local configured = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
 local limit = {}
 local any_configured = false
@@ -191,12 +202,53 @@ if user_max_share < 1 then
   end
 end
 if bootstrap and open >= tonumber(ARGV[14]) then reason = 'learning' end
+-- Pacing: due at `tat` (never before now); a burst of b calls may start up to (b - 1)
+-- intervals early. A learned short-interval burst doubles every ARGV 18 ms back to ARGV 17's,
+-- and meanwhile the interval is ARGV 19 times longer: strict pacing has no burst to absorb the
+-- jitter between our admission and the provider's arrival stamp.
+local interval, tat, pace_over, strict = nil, now, 0, 0
+if limit.req and limit.req > 0 then
+  interval = window_ms / limit.req
+  local burst = math.max(1, math.min(limit.req, math.floor(tonumber(ARGV[17]) / interval)))
+  local shrunk, since = tonumber(learned[6]), tonumber(learned[7])
+  if not (shrunk and since) and ARGV[20] == '1' then
+    -- A limiter that starts pacing starts as if it had just learned a short interval: its
+    -- burst must be earned, one doubling per period, each too far costing about one 429,
+    -- rather than its first burst meeting a strict provider with many calls at once.
+    shrunk, since = 1, now
+    redis.call('HSET', KEYS[7], 'burst', 1, 'burst_at', int(now))
+  end
+  if shrunk and since then
+    local grown = shrunk * 2 ^ math.floor(math.max(0, now - since) / tonumber(ARGV[18]))
+    if grown < burst then
+      burst = math.max(1, math.floor(grown))
+      interval = interval * tonumber(ARGV[19])
+      strict = 1
+    end
+  end
+  local pace = redis.call('HMGET', KEYS[10], 'tat', 'interval')
+  local due, was = tonumber(pace[1]), tonumber(pace[2])
+  if due and was and was > 0 and due > now and was ~= interval then
+    -- The limit changed (an admin edit, a new learned value): the calls already paced count
+    -- at the new rate, so a raised limit takes effect at once and a lowered one at once too.
+    due = now + (due - now) * interval / was
+  end
+  if due == nil then
+    -- Pacing starts (the limit just became known): the calls already in the window count as
+    -- if they had been paced from the oldest of them.
+    local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    due = (tonumber(oldest[2]) or now) + used.req * interval
+  end
+  tat = math.max(now, due)
+  pace_over = tat - now - (burst - 1) * interval
+  if pace_over > 0 and reason == nil then reason = 'pacing' end
+end
 local pause = tonumber(redis.call('GET', KEYS[8]) or '0') or 0
 if pause > now then reason = 'paused' end
 
 local idle_ms = ARGV[16]
 local function keep_alive()
-  for i = 1, 9 do redis.call('PEXPIRE', KEYS[i], idle_ms) end
+  for i = 1, 10 do redis.call('PEXPIRE', KEYS[i], idle_ms) end
 end
 
 local function unwait()
@@ -208,19 +260,32 @@ local function unwait()
   end
 end
 
+-- A call whose only wait is its paced slot, due within the wait it may still make, is given
+-- that slot now (start in `ticket` ms): the threads waiting in process take the next slots in
+-- turn instead of racing for each one, and a slot is not lost to the race's losers.
+local ticket = 0
+if reason == 'pacing' and pace_over <= max_wait then
+  ticket = math.ceil(pace_over)
+  reason = nil
+end
+
 if reason == nil then
   if redis.call('HEXISTS', KEYS[2], id) == 0 then
-    redis.call('ZADD', KEYS[1], int(now), id)
+    redis.call('ZADD', KEYS[1], int(now + ticket), id)
     redis.call('HSET', KEYS[2], id, table.concat({1, int(cost['in']), int(cost.out), feature,
       user, 1}, ' '))
     account(KEYS[3], {req = 1, ['in'] = cost['in'], out = cost.out, feature = feature,
       user = user}, 1)
     redis.call('HINCRBY', KEYS[3], 'open', 1)
+    if interval then
+      redis.call('HSET', KEYS[10], 'tat', string.format('%.3f', tat + interval),
+        'interval', string.format('%.3f', interval), 'strict', strict)
+    end
   end
   unwait()
   redis.call('HSETNX', KEYS[3], 'since', int(now))
   keep_alive()
-  return {1, 0, 'admitted'}
+  return {1, ticket, 'admitted'}
 end
 
 -- Milliseconds until `need` of dimension d has left the window, oldest calls first (only the
@@ -272,6 +337,7 @@ else
     if over > u then wait = math.max(wait, spacing) else wait = math.max(wait, leaves(d, over)) end
   end
   for d, over in pairs(user_excess) do wait = math.max(wait, leaves(d, over, user)) end
+  if pace_over > 0 then wait = math.max(wait, pace_over) end
 end
 wait = math.max(1, math.floor(wait))
 

@@ -1,8 +1,35 @@
 -- The call is leaving now: its reservation counts in the window from this moment (Redis' own
 -- clock), so that the work done between the reservation and the request (the budget, the
--- claim) does not shift our window ahead of the provider's.
+-- claim) does not shift our window ahead of the provider's. A call given a paced slot that has
+-- not come yet (moved behind a pause by settle.lua), or under a pause, is not stamped: the ms
+-- to wait are returned instead, and it asks again then. Returns 0 once stamped.
 --
--- KEYS  1 window   ARGV  1 reservation id
+-- Under strict pacing (a short interval learned) a call leaving later than its slot (a slow
+-- budget or claim) would come closer to the next ones than the provider's interval allows:
+-- the slots given after it move back by its lateness beyond ARGV 2 ms (what the stretched
+-- interval absorbs), at least one interval apart from it.
+--
+-- KEYS  1 window  2 pause  3 pace   ARGV  1 reservation id  2 lateness absorbed (ms)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return redis.call('ZADD', KEYS[1], 'XX', 'GT', string.format('%d', now), ARGV[1])
+local slot = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+if slot and slot > now + 2 then return math.floor(slot - now) end
+local pause = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if pause > now then return math.floor(pause - now) end
+local tolerance = tonumber(ARGV[2])
+if slot and now - slot > tolerance and redis.call('HGET', KEYS[3], 'strict') == '1' then
+  local late = now - slot - tolerance
+  local interval = tonumber(redis.call('HGET', KEYS[3], 'interval')) or 0
+  local next_free = now + interval
+  local ahead = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%d', now), '+inf',
+    'WITHSCORES')
+  for i = 1, #ahead, 2 do
+    local moved = math.max(tonumber(ahead[i + 1]) + late, next_free)
+    redis.call('ZADD', KEYS[1], string.format('%d', moved), ahead[i])
+    next_free = moved + interval
+  end
+  local due = tonumber(redis.call('HGET', KEYS[3], 'tat') or '0') or 0
+  redis.call('HSET', KEYS[3], 'tat', string.format('%.3f', math.max(due + late, next_free)))
+end
+redis.call('ZADD', KEYS[1], 'XX', 'GT', string.format('%d', now), ARGV[1])
+return 0

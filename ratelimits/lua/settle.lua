@@ -3,11 +3,16 @@
 -- ARGV 10 says what becomes of the reservation: "settle" (to ARGV 2-4), "keep" (as reserved:
 -- the outcome is unknown, the provider may have done all of it) or "drop" (the call never left).
 --
--- KEYS  1 window  2 entries  3 usage  4 learned  5 pause   (as in reserve.lua)
+-- A rate-limit 429 (ARGV 11) whose headers still show room for this call in every limit they
+-- report means the provider enforces its limit over a shorter interval than the window: the
+-- burst shrinks to one call (reserve.lua paces strictly) and regrows slowly from there.
+--
+-- KEYS  1 window  2 entries  3 usage  4 learned  5 pause  6 pace   (as in reserve.lua)
 -- ARGV  1 reservation id  2 requests used (0/1)  3 input tokens used  4 output tokens used
 --       5 learned headers as JSON {"requests": [limit, remaining, reset ms], ...}, or "" when no
 --         answer came back  6 ms the learned values live  7 pause ms (0: none)
 --       8 window ms  9 ms an idle limiter's keys live  10 settle | keep | drop
+--       11 1 when the answer was a rate-limit 429, else 0
 
 local DIMS = {'req', 'in', 'out'}
 local t = redis.call('TIME')
@@ -44,8 +49,16 @@ local function account(key, e, sign)
 end
 
 local raw = redis.call('HGET', KEYS[2], id)
+-- What this call needed of each limit the headers may report (before the settle changes it).
+local need = {requests = 1, input_tokens = 0, output_tokens = 0, tokens = 0}
 if raw then
   local e = parse(raw)
+  need.input_tokens, need.output_tokens, need.tokens = e['in'], e.out, e['in'] + e.out
+  if ARGV[10] == 'drop' then
+    -- The call never left: its paced slot goes back too.
+    local interval = tonumber(redis.call('HGET', KEYS[6], 'interval'))
+    if interval then redis.call('HINCRBYFLOAT', KEYS[6], 'tat', -interval) end
+  end
   if e.flag == '1' then redis.call('HINCRBY', KEYS[3], 'open', -1) end
   if ARGV[10] == 'drop' then
     account(KEYS[3], e, -1)
@@ -75,6 +88,13 @@ if ARGV[5] ~= '' then
   if headers.input_tokens or headers.output_tokens then
     -- The combined tokens headers only add up the two limits already kept.
     redis.call('HDEL', KEYS[4], 'tokens_limit', 'tokens_remaining', 'tokens_reset')
+  end
+  if ARGV[11] == '1' then
+    local room = found
+    for name, v in pairs(headers) do
+      if v[2] < 0 or v[2] < (need[name] or 0) then room = false end
+    end
+    if room then redis.call('HSET', KEYS[4], 'burst', 1, 'burst_at', int(now)) end
   end
   redis.call('HSET', KEYS[4], 'seen', int(now))
   if found then redis.call('HSET', KEYS[4], 'updated', int(now)) end
@@ -110,6 +130,18 @@ if pause_ms > 0 then
   local current = tonumber(redis.call('GET', KEYS[5]) or '0') or 0
   if until_ms > current then
     redis.call('SET', KEYS[5], int(until_ms), 'PX', int(pause_ms + 1000))
+    -- Calls given a paced slot that has not come yet move behind the pause, one interval
+    -- apart, and the pace goes on after them: none leaves during the pause, nor all at its end.
+    local interval = tonumber(redis.call('HGET', KEYS[6], 'interval'))
+    if interval then
+      local ahead = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. int(now), '+inf')
+      for i, ticket in ipairs(ahead) do
+        redis.call('ZADD', KEYS[1], int(until_ms + (i - 1) * interval), ticket)
+      end
+      local due = tonumber(redis.call('HGET', KEYS[6], 'tat') or '0') or 0
+      local after = until_ms + #ahead * interval
+      if after > due then redis.call('HSET', KEYS[6], 'tat', string.format('%.3f', after)) end
+    end
   end
 end
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end

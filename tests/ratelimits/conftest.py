@@ -23,6 +23,7 @@ def compressed_window(settings: Any) -> None:
     settings.LLM_RATE_LIMIT_WINDOW_SECONDS = 2.0
     settings.LLM_RATE_LIMIT_MARGIN_SECONDS = 0.0
     settings.LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS = 0.0
+    settings.LLM_RATE_LIMIT_SLOW_START = False  # the tests that pace say so
     settings.LLM_FEATURE_WEIGHTS = {}
     settings.LLM_PRIORITY_FEATURES = frozenset()
     settings.LLM_USER_FAIR_SHARE = True

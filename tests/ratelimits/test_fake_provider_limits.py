@@ -73,3 +73,18 @@ def test_a_request_over_the_requests_limit_is_refused_on_arrival(fake):
     time.sleep(1.0)
     assert call(fake).status_code == 200
     assert fake.stats()["by_status"] == {"200": 2, "429": 1}
+
+
+def test_a_short_interval_enforces_the_rate_over_any_few_seconds_with_room_in_the_headers(fake):
+    """--short-interval 1 with 6 per 3 s: at most 2 in any 1 s. The refusal still shows the
+    window's room in its headers, as the real API's does: the interval, not the limit, refused."""
+    fake.faults({}, rpm=6, rate_window_seconds=3, short_interval_seconds=1)
+    assert [call(fake).status_code for _ in range(2)] == [200, 200]
+    refused = call(fake)
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "1"
+    assert refused.headers["anthropic-ratelimit-requests-remaining"] == "4"
+    assert "2 requests per 1 s" in refused.json()["error"]["message"]
+    time.sleep(1.0)
+    assert call(fake).status_code == 200  # a second later the interval has room again
+    assert fake.stats()["by_status"] == {"200": 3, "429": 1}

@@ -2,16 +2,18 @@
 than a limit in any window (from many threads at once), tokens given back at settlement, the
 shared pause, learning, shares by feature weight and by user, and a Redis flush mid-run."""
 
+import email.utils
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import django_rq
 import pytest
 
 from llmops.queues import LLM_QUEUE, rate_limit_key
-from ratelimits.headers import learned_from_headers, pause_after_429
+from ratelimits.headers import DEFAULT_PAUSE_SECONDS, learned_from_headers, pause_after_429
 from ratelimits.selectors import rate_limit_statuses
 from tests.ratelimits.conftest import MODEL, PROVIDER, reserve, settle
 
@@ -20,6 +22,10 @@ pytestmark = pytest.mark.django_db
 
 def redis() -> Any:
     return django_rq.get_connection(LLM_QUEUE)
+
+
+def rfc3339(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def window_times() -> list[float]:
@@ -258,11 +264,7 @@ def test_a_flushed_redis_catches_up_from_the_providers_count():
     learned = {"requests": (5, 0, reset)}
     redis().flushdb()  # every key gone: the window, the learned limits
     _, reservation = reserve()  # learning again: one call goes out
-    settle(
-        reservation,
-        learned=learned,
-        pause_seconds=pause_after_429(retry_after=None, learned=learned),
-    )
+    settle(reservation, learned=learned, pause_seconds=(reset - time.time() * 1000) / 1000)
     # The provider said 5 of 5 used until its reset: the window takes that count, so nothing
     # else goes out before the reset, even once the pause is over.
     verdict, _ = reserve(max_wait_ms=0)
@@ -273,10 +275,134 @@ def test_a_flushed_redis_catches_up_from_the_providers_count():
     assert reserve()[0].admitted
 
 
+def http_date(epoch: float) -> str:
+    return email.utils.formatdate(epoch, usegmt=True)
+
+
 def test_pause_after_429_prefers_retry_after_then_a_spent_limits_reset():
-    now = 1_000_000.0
-    spent = {"requests": (50, 0, int((now + 7) * 1000)), "output_tokens": (8000, 10, 0)}
-    assert pause_after_429(retry_after=3.0, learned=spent, now=now) == 3.0
-    assert pause_after_429(retry_after=None, learned=spent, now=now) == 7.0
-    assert pause_after_429(retry_after=None, learned={}, now=now) == 5.0
-    assert pause_after_429(retry_after=86400.0, learned={}, now=now) == 900.0
+    now = time.time()
+    spent = {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": rfc3339(now + 7),
+        "anthropic-ratelimit-output-tokens-limit": "8000",
+        "anthropic-ratelimit-output-tokens-remaining": "10",
+        "date": http_date(now),
+    }
+    assert pause_after_429(retry_after=3.0, headers=spent) == 3.0
+    assert pause_after_429(retry_after=None, headers=spent) == 7.0
+    assert pause_after_429(retry_after=None, headers={}) == 5.0
+    assert pause_after_429(retry_after=86400.0, headers={}) == 900.0
+
+
+def test_pause_after_429_reads_the_reset_on_the_providers_clock_not_ours():
+    """A provider whose clock is an hour ahead of the worker's (or behind it): its reset, 7 s
+    after its own Date, is a pause of 7 s, not of 3607 s (capped to 900) nor of none."""
+    now = time.time()
+    for skew in (3600.0, -3600.0, 42.0):
+        headers = {
+            "anthropic-ratelimit-requests-limit": "50",
+            "anthropic-ratelimit-requests-remaining": "0",
+            "anthropic-ratelimit-requests-reset": rfc3339(now + skew + 7),
+            "date": http_date(now + skew),
+        }
+        assert pause_after_429(retry_after=None, headers=headers) == 7.0, skew
+        # What is learned is on our clock: the reset 7 s from now, whatever the provider's.
+        (_, _, reset) = learned_from_headers(headers, now=now)["requests"]
+        assert abs(reset / 1000 - (now + 7)) <= 1.0, skew
+    # Without a Date, a reset alone cannot be read: the default pause, not our clock's guess.
+    del headers["date"]
+    assert pause_after_429(retry_after=None, headers=headers) == DEFAULT_PAUSE_SECONDS
+
+
+# --- Pacing (fault 8 of issue 18: a minute's budget left in one burst) ---------------------------
+
+
+def test_requests_are_paced_with_a_bounded_burst(settings):
+    """Sixteen threads asking all the time: at most burst + t * R / window calls in any t (here
+    2 + t / 0.2 s), and the rate is used; the old limiter let the whole limit go at once."""
+    settings.LLM_RATE_LIMIT_WINDOW_SECONDS = 4.0  # long enough that nothing is trimmed below
+    settings.LLM_RATE_LIMIT_BURST_SECONDS = 0.4  # 2 calls of 20 per 4 s (one per 0.2 s)
+    stop = time.monotonic() + 3.0
+
+    def hammer() -> None:
+        while time.monotonic() < stop:
+            verdict, _ = reserve(rpm=20, max_wait_ms=990)
+            if not verdict.admitted:
+                time.sleep(min(verdict.ms, 50) / 1000)
+
+    threads = [threading.Thread(target=hammer) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    times = sorted(window_times())  # Redis' own admission times
+    for i, start in enumerate(times):
+        for j in range(i, len(times)):
+            admitted, span = j - i + 1, times[j] - start
+            assert admitted <= 2 + span / 0.2 + 1e-6, f"{admitted} calls within {span:.3f} s"
+    assert len(times) >= 2 + 14  # 3 s at one per 0.2 s after the burst, less a slot or so
+
+
+def test_a_429_that_still_shows_room_shrinks_the_burst_until_it_regrows(settings):
+    """The provider refused a call its headers had room for: it enforces a shorter interval.
+    The burst drops to one call (strict pacing) and doubles back every recovery period; a 429
+    of a spent limit (remaining 0) teaches nothing about intervals."""
+    settings.LLM_RATE_LIMIT_BURST_SECONDS = 0.1  # 5 calls of 100 per 2 s (one per 20 ms)
+    settings.LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS = 0.6
+
+    def burst_now() -> int:
+        time.sleep(0.15)  # the bucket refills to its burst (the window stays far from full)
+        admitted = 0
+        while reserve(rpm=100)[0].admitted:
+            admitted += 1
+        return admitted
+
+    def refused_with(remaining: int) -> None:
+        time.sleep(0.05)
+        verdict, reservation = reserve(rpm=100)
+        assert verdict.admitted
+        # (A reset already past: the provider's count does not replace ours here.)
+        learned = {"requests": (100, remaining, int(time.time() * 1000) - 1000)}
+        settle(reservation, learned=learned, rate_limited=True)
+
+    assert burst_now() == 5
+    refused_with(remaining=0)
+    assert burst_now() == 5  # a spent limit's 429: the burst is kept
+    refused_with(remaining=6)
+    shrunk = time.monotonic()
+    assert burst_now() == 1
+    verdict, _ = reserve(rpm=100, max_wait_ms=0)
+    assert (verdict.status, verdict.reason) == (2, "pacing")
+    # Waiting in process is allowed: the next paced slot is given, to start in (at most) 20 ms
+    # and a stretch (strict pacing after the lesson); the one after it about 20 ms later.
+    first, second = reserve(rpm=100, max_wait_ms=1000)[0], reserve(rpm=100, max_wait_ms=1000)[0]
+    assert first.admitted and 1 <= first.ms <= 21, first
+    assert second.admitted and 19 <= second.ms - first.ms <= 22, (first, second)
+    time.sleep(max(0.0, shrunk + 0.65 - time.monotonic()))  # (the slots given above pass)
+    assert burst_now() == 2  # one recovery period later: doubled
+    time.sleep(max(0.0, shrunk + 1.85 - time.monotonic()))
+    assert burst_now() == 5  # three periods: 8, capped at the configured burst
+
+
+def test_a_limiter_that_starts_pacing_earns_its_burst(settings):
+    """Slow start: a fresh limiter (or one Redis lost) sends one call at a time, doubling its
+    burst every recovery period up to the setting, so its first burst never meets a provider
+    that enforces short intervals with many calls at once."""
+    settings.LLM_RATE_LIMIT_SLOW_START = True
+    settings.LLM_RATE_LIMIT_BURST_SECONDS = 0.1  # 5 calls of 100 per 2 s
+    settings.LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS = 0.5
+
+    def burst_now() -> int:
+        time.sleep(0.15)
+        admitted = 0
+        while reserve(rpm=100)[0].admitted:
+            admitted += 1
+        return admitted
+
+    started = time.monotonic()
+    assert burst_now() == 1
+    time.sleep(max(0.0, started + 0.55 - time.monotonic()))
+    assert burst_now() == 2
+    time.sleep(max(0.0, started + 1.55 - time.monotonic()))
+    assert burst_now() == 5

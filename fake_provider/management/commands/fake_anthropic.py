@@ -2,6 +2,7 @@
 
     python manage.py fake_anthropic --port 8787 --latency-ms 20-400 --rpm 120 \\
         --itpm 30000 --otpm 8000 --fault 529:0.2 --fault drop:0.05 --seed 7
+    python manage.py fake_anthropic --rpm 120 --short-interval 5   # also 10 in any 5 s
 """
 
 from typing import Any
@@ -15,6 +16,7 @@ from fake_provider.state import (
     parse_latency,
     parse_rate_window,
     parse_rpm,
+    parse_short_interval,
 )
 
 
@@ -58,6 +60,14 @@ class Command(BaseCommand):
             "time in tests).",
         )
         parser.add_argument(
+            "--short-interval",
+            default=None,
+            metavar="SECONDS",
+            help="Also enforce --rpm over any SECONDS: at most rpm * SECONDS / window requests "
+            "in any SECONDS, as the API may ('60 RPM may be enforced as one request a second'); "
+            "such a 429 shows room left in its headers (default: the window alone).",
+        )
+        parser.add_argument(
             "--fault",
             action="append",
             default=[],
@@ -99,6 +109,10 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(f"--rate-window-seconds: {exc}") from None
         try:
+            short_interval = parse_short_interval(options["short_interval"])
+        except ValueError as exc:
+            raise CommandError(f"--short-interval: {exc}") from None
+        try:
             faults = [parse_fault(spec) for spec in options["fault"]]
         except ValueError as exc:
             raise CommandError(f"--fault: {exc}") from None
@@ -110,6 +124,7 @@ class Command(BaseCommand):
             itpm=limits["itpm"],
             otpm=limits["otpm"],
             rate_window_seconds=window,
+            short_interval_seconds=short_interval,
             seed=seed,
         )
         server = build_server(create_app(state), host=host, port=port)
@@ -120,6 +135,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"fake anthropic provider listening on http://{shown_host}:{srv.bound_port} "
                 f"(rpm={config.rpm or 'none'}, faults={config.faults_text()})"
+                + (f" ({config.describe_limits()})" if config.short_interval_seconds else "")
                 + (
                     f" (itpm={config.itpm or 'none'}, otpm={config.otpm or 'none'})"
                     if config.itpm or config.otpm
