@@ -7,6 +7,7 @@ Routes:
     GET  /_fake/stats        counters and the bill (see below)
     GET  /_fake/billing      every billed call: request id, Idempotency-Key, cost, how it ended
     GET  /_fake/arrivals     when each POST /v1/messages arrived (epoch seconds, the last 10,000)
+    GET  /_fake/in_flight    the Idempotency-Keys (our job ids) of the calls in flight now
     GET  /_fake/faults       the active configuration
     POST /_fake/faults       change the configuration, optionally for a window of seconds:
                              {"faults": {"529": 1.0}, "for_seconds": 120,
@@ -26,7 +27,8 @@ status of every complete response sent. A ``drop`` (200 head sent, body cut) cou
 so once nothing is in flight, requests == sum(by_status) + dropped + timed_out. Successful,
 dropped and timed-out requests are billed (the work was done); error responses bill nothing.
 ``in_flight`` is the number of POST /v1/messages being handled now (answered or held), and
-``peak_in_flight`` the most at once since the last reset (bench/concurrency.py reads it).
+``peak_in_flight`` the most at once since the last reset (bench/concurrency.py reads it);
+``GET /_fake/in_flight`` lists the Idempotency-Keys (job ids) of the calls in flight.
 ``GET /_fake/billing`` lists every billed call with its request id and the caller's
 ``Idempotency-Key`` (our workers send the job id): which job was billed how often, and for which
 answer (the chaos drill, ops/chaos/, compares it with the ledger job by job).
@@ -166,11 +168,12 @@ class FakeAnthropicApp:
         path, method = scope["path"], scope["method"]
         if path == "/v1/messages":
             if method == "POST":
-                self.state.call_started()
+                key = dict(scope["headers"]).get(b"idempotency-key", b"").decode("latin-1")
+                self.state.call_started(key)
                 try:
                     return await self.messages(scope, receive, send)
                 finally:
-                    self.state.call_ended()
+                    self.state.call_ended(key)
             return await self.plain_error(
                 send, ApiError(405, f"Method {method} not allowed for {path}")
             )
@@ -179,6 +182,7 @@ class FakeAnthropicApp:
             ("GET", "/_fake/stats"): lambda body: self.state.stats(),
             ("GET", "/_fake/billing"): lambda body: self.state.billing_log(),
             ("GET", "/_fake/arrivals"): lambda body: self.state.arrival_log(),
+            ("GET", "/_fake/in_flight"): lambda body: self.state.calls_in_flight(),
             ("GET", "/_fake/faults"): lambda body: self.state.describe(),
             ("POST", "/_fake/faults"): self.set_faults,
             ("POST", "/_fake/reset"): self.reset,

@@ -25,7 +25,7 @@ import math
 import random
 import re
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -388,6 +388,9 @@ class FakeProviderState:
         # stay counted, and the peak starts again from them.
         self.in_flight = getattr(self, "in_flight", 0)
         self.peak_in_flight = self.in_flight
+        # The Idempotency-Key (our job id) of each call in flight: which jobs' calls have left.
+        if not hasattr(self, "keys_in_flight"):
+            self.keys_in_flight: Counter[str] = Counter()
         self._persistent = self.start_config
         self._override: Config | None = None
         self._override_until: float | None = None
@@ -562,13 +565,19 @@ class FakeProviderState:
 
     # --- counters -------------------------------------------------------------------------------
 
-    def call_started(self) -> None:
+    def call_started(self, idempotency_key: str = "") -> None:
         """A POST /v1/messages arrived; it is in flight until ``call_ended``."""
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        if idempotency_key:
+            self.keys_in_flight[idempotency_key] += 1
 
-    def call_ended(self) -> None:
+    def call_ended(self, idempotency_key: str = "") -> None:
         self.in_flight -= 1
+        if idempotency_key:
+            self.keys_in_flight[idempotency_key] -= 1
+            if self.keys_in_flight[idempotency_key] <= 0:
+                del self.keys_in_flight[idempotency_key]
 
     def count_request(self) -> int:
         """Counts a request; returns the epoch it belongs to (pass it to the other counters)."""
@@ -637,6 +646,10 @@ class FakeProviderState:
             ],
             "evicted": self.billing_evicted,
         }
+
+    def calls_in_flight(self) -> dict[str, Any]:
+        """The Idempotency-Keys (our job ids) of the calls in flight now."""
+        return {"keys": sorted(self.keys_in_flight)}
 
     def arrival_log(self) -> dict[str, Any]:
         """When each request since the last reset arrived (epoch seconds, oldest first)."""

@@ -38,6 +38,11 @@ class CallDeadline:
         self._running = False
         self.was_cut = False
 
+    def restart(self) -> None:
+        """Count the ``seconds`` from now: the request leaves only now (it waited for its paced
+        slot after the claim, ratelimits/services.py ``rate_limit_sent``)."""
+        self.ends_at = time.monotonic() + self.seconds
+
     def left(self) -> float:
         return self.ends_at - time.monotonic()
 

@@ -44,6 +44,7 @@ from llmops.db_connections import release_connection, slot_wait_limit
 from llmops.logs import bind_log_context, log_context
 from llmops.queues import LLM_QUEUE, job_lock_key
 from llmops.redis_clients import queue_connection
+from ratelimits.headers import MAX_PAUSE_SECONDS
 from ratelimits.services import (
     RateLimitGrant,
     rate_limit_acquire,
@@ -57,6 +58,12 @@ __all__ = ["failure_from_outcome", "job_run"]
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def _send_wait_bound() -> float:
+    # The longest ``rate_limit_sent`` waits: the paced slot (at most the in-process wait) and
+    # then at most one 429 pause.
+    return settings.LLM_RATE_LIMIT_MAX_WAIT_SECONDS + MAX_PAUSE_SECONDS + 1.0
 
 
 def _lock_ttl() -> int:
@@ -107,6 +114,13 @@ class _Heartbeat:
         self.stopped.set()
         self._wake.set()
         self.thread.join(timeout=10)
+
+    def call_starts(self) -> None:
+        """The request leaves now: its deadline counts from here, and the claim is kept until
+        then (not past it)."""
+        if self.deadline is not None:
+            self.deadline.restart()
+            self.hold_until(self.deadline.ends_at)
 
     def hold_until(self, until: float) -> None:
         """Keep the claim until ``until`` (monotonic) instead: the call has ended, and its
@@ -310,7 +324,12 @@ def _attempt(
     with _Heartbeat(job.id, lock, job.concurrency_key, deadline) as heartbeat:
         try:
             if grant is not None:
+                # Its paced slot may still be ahead (or a 429's pause): the claim is kept while
+                # it waits, as long as that wait can last, and the call's deadline counts from
+                # when the request leaves, never from the claim.
+                heartbeat.hold_until(time.monotonic() + _send_wait_bound())
                 rate_limit_sent(grant)
+                heartbeat.call_starts()
             try:
                 outcome = provider.call_messages(
                     body=job.provider_request(),

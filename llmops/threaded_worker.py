@@ -53,6 +53,7 @@ from typing import Any
 import redis.exceptions
 from django.conf import settings
 from django.db import connections
+from rq import worker_registration
 from rq.exceptions import DequeueTimeout, StopRequested
 from rq.executions import Execution
 from rq.job import Job
@@ -412,6 +413,9 @@ class ThreadedWorker(BaseWorker):
             if results[0] == 1:
                 pipeline.hset(self.key, mapping=self.serialize())
                 pipeline.expire(self.key, self.worker_ttl + 60)
+                # Gone with it (Redis flushed or restarted): the sets that list the live workers
+                # (Worker.all: the ops dashboard, /readyz, the chaos drill) name it again.
+                worker_registration.register(self, pipeline)
             pipeline.execute()
 
     def _time_out(self, running: _Running) -> None:

@@ -26,7 +26,7 @@ __all__ = [
     "breaker_close_as_staff",
     "breaker_now",
     "budget_windows_above_limit",
-    "held_before_claim",
+    "held_before_call",
     "in_flight_jobs",
     "negative_values",
     "open_failure_incidents",
@@ -65,15 +65,19 @@ def in_flight_jobs(*, worker_pid: int) -> list[str]:
     return []
 
 
-def held_before_claim(*, worker_pid: int) -> list[str]:
-    """Jobs the rq worker with this pid dequeued and has not claimed: its executions whose job
-    is still waiting (on the rate limiter, a database slot...)."""
+def held_before_call(*, worker_pid: int, calls_in_flight: set[str]) -> list[str]:
+    """Jobs the rq worker with this pid dequeued whose call has not left: its executions whose
+    job is still waiting (on the rate limiter before the claim, a database slot...), or claimed
+    and waiting for the paced slot the limiter gave it (ratelimits/services.py
+    ``rate_limit_sent``), its call not among the provider's ``calls_in_flight`` (job ids)."""
     running = in_flight_jobs(worker_pid=worker_pid)
     return [
         str(job_id)
-        for job_id in LlmJob.objects.filter(
-            id__in=running, status__in=LlmJob.WAITING_STATUSES
-        ).values_list("id", flat=True)
+        for job_id, status in LlmJob.objects.filter(
+            id__in=running,
+            status__in=[*LlmJob.WAITING_STATUSES, LlmJob.Status.RUNNING],
+        ).values_list("id", "status")
+        if status != LlmJob.Status.RUNNING or str(job_id) not in calls_in_flight
     ]
 
 

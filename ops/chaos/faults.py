@@ -49,11 +49,12 @@ TRICKLE_WAIT_SECONDS = 20.0
 """The trickle fault stays on until a call trickled, or this long (the check then says so)."""
 KILL_WAITING_MODEL = "claude-haiku-4-5"
 """Half the drill's jobs: the other model keeps the workers busy meanwhile."""
-KILL_WAITING_SHARE = 0.8
-"""The limit is this share of the calls the model made in the last minute: every call of it
-then waits on the limiter (until a fifth of the minute's calls left the window), within
-LLM_RATE_LIMIT_MAX_WAIT_SECONDS (75 s in the drill, more than the window); a far lower limit
-spaces the line of waiting calls by more than that, and they go back to the queue instead."""
+KILL_WAITING_SHARE = 0.4
+"""The limit is this share of the calls the model made in the last minute. The limiter paces
+calls one every 60/limit s (its window may have been flushed just before: pacing, not the
+window, makes them wait), so with calls arriving at more than twice that spacing a line of
+them waits on the limiter in the workers, within LLM_RATE_LIMIT_MAX_WAIT_SECONDS (75 s in the
+drill); a far lower limit spaces the line by more than that, and they go back to the queue."""
 KILL_WAITING_MIN_RPM = 20
 """Not lower (see above): with fewer calls than that in the last minute, nothing waits, and the
 check says the fault did not happen."""
@@ -268,6 +269,7 @@ class KillWaiting(_Fault):
             return
         assert self.since is not None
         best: tuple[Process, int, list[str]] | None = None
+        calls_in_flight = self.provider.calls_in_flight()
         trickling = set(self.record.trickle.job_ids) if self.record.trickle else set()
         for process in self.stack.named("worker_llm"):
             pid = process.command_pid()
@@ -277,7 +279,7 @@ class KillWaiting(_Fault):
                 events.in_flight_jobs(worker_pid=pid)
             ):
                 continue  # its kill would end the trickling call before its deadline does
-            held = events.held_before_claim(worker_pid=pid)
+            held = events.held_before_call(worker_pid=pid, calls_in_flight=calls_in_flight)
             if best is None or len(held) > len(best[2]):
                 best = (process, pid, held)
         waited = t - self.since

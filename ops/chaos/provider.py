@@ -62,6 +62,10 @@ class FakeProvider:
     def stats(self) -> dict[str, Any]:
         return dict(self.http.get("/_fake/stats").raise_for_status().json())
 
+    def calls_in_flight(self) -> set[str]:
+        """The job ids (Idempotency-Keys) of the calls in flight now."""
+        return set(self.http.get("/_fake/in_flight").raise_for_status().json()["keys"])
+
     def billing(self) -> list[BilledCall]:
         log = self.http.get("/_fake/billing").raise_for_status().json()
         if log["evicted"]:

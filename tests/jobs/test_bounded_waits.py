@@ -53,8 +53,10 @@ def test_every_queue_client_has_socket_timeouts_and_a_worker_idles_past_them(
     assert forking.connection.connection_pool.connection_kwargs["socket_timeout"] > (
         forking.dequeue_timeout
     )
-    # The channel layer keeps none: a quiet WebSocket's receive blocks for as long as it is quiet.
-    assert "socket_timeout" not in str(django_settings.CHANNEL_LAYERS)
+    # The channel layer has its own, above channels-redis's blocking receive of 5 s: a quiet
+    # WebSocket's receive must never time out (tests/jobs/test_sockets.py keeps one open).
+    (host,) = django_settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"]
+    assert host["socket_timeout"] == django_settings.CHANNEL_LAYER_SOCKET_TIMEOUT > 5
 
     # A thread-pool worker with a 3 s socket timeout idles three times that long: its blocking
     # dequeue (a second at a time), rq's command listener and the scheduler live through it.

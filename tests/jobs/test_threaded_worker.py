@@ -366,6 +366,26 @@ def test_the_llm_worker_runs_on_threads_and_every_other_worker_forks(settings):
     assert type(get_worker(LLM_QUEUE)) is LlmWorker
 
 
+def test_a_worker_whose_registration_redis_lost_names_itself_again_at_its_heartbeat(settings):
+    """Found by the chaos drill (issue 18): after a FLUSHDB the monitor wrote the worker's hash
+    back but not the sets that list live workers, so ``Worker.all`` (the ops dashboard,
+    ``/readyz``, the drill) found no llm worker however long it ran."""
+    settings.LLM_WORKER_CONCURRENCY = 4
+    worker = get_worker(LLM_QUEUE)
+    worker.register_birth()
+    connection = worker.connection
+    assert [w.name for w in Worker.all(connection=connection)] == [worker.name]
+
+    connection.flushdb()
+    assert Worker.all(connection=connection) == []
+    worker.maintain_all_heartbeats()
+
+    assert [w.name for w in Worker.all(connection=connection)] == [worker.name]
+    queue = django_rq.get_queue(LLM_QUEUE)
+    assert [w.name for w in Worker.all(queue=queue)] == [worker.name]
+    worker.register_death()
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [

@@ -135,7 +135,7 @@ def test_a_worker_killed_late_in_a_long_call_holds_its_room_until_the_reconciler
     window = window_of(budget)
     assert window.spent_usd == ledger_total() <= budget.limit_usd
     assert answered_meanwhile == 0  # none of them took the held room: they waited
-    assert waiting == {LlmJob.Status.RETRYING}
+    assert waiting == {LlmJob.Status.QUEUED}  # held, their status unchanged
     held.refresh_from_db()
     assert held.settled_usd == bound and held.settled_at is not None
 
