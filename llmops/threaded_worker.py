@@ -395,6 +395,12 @@ class ThreadedWorker(BaseWorker):
                 self._time_out(running)
         live = [r for r in live if not r.recorded_by]
         with self.connection.pipeline() as pipeline:
+            # Whether the worker is still listed among the live workers: the first command, so
+            # that results[0] tells (a job starting meanwhile writes last_heartbeat itself, so the
+            # hset below cannot tell a hash that Redis lost).
+            pipeline.sismember(
+                worker_registration.WORKERS_BY_QUEUE_KEY % self.queue_names()[0], self.key
+            )
             self.heartbeat(self.worker_ttl + 60, pipeline=pipeline)
             job_beats = []
             for running in live:
@@ -406,11 +412,12 @@ class ThreadedWorker(BaseWorker):
                 job.heartbeat(now(), ttl, pipeline=pipeline, xx=True)
             results = pipeline.execute()
             # As rq's maintain_heartbeats: a job deleted meanwhile (result_ttl=0) must not be
-            # brought back by its heartbeat, and a worker hash that expired is written again.
+            # brought back by its heartbeat, and a worker hash that expired (or that Redis lost
+            # with its listing) is written again.
             for index, job in job_beats:
                 if results[index] == 1:
                     pipeline.delete(job.key)
-            if results[0] == 1:
+            if not results[0] or results[1] == 1:
                 pipeline.hset(self.key, mapping=self.serialize())
                 pipeline.expire(self.key, self.worker_ttl + 60)
                 # Gone with it (Redis flushed or restarted): the sets that list the live workers
