@@ -206,22 +206,11 @@ class Workers:
             self.queue.enqueue_job(Job.fetch(job_id, connection=self.queue.connection))
         return len(ids)
 
-    def drain(self, *, max_rounds: int = 30, seconds: float = 60) -> None:
-        """Run until nothing is left. Retries are fast-forwarded, but a job the rate limiter
-        holds waits for its paced slot in real time (a 429 that still shows room makes the
-        limiter pace one call at a time): after ``max_rounds`` quick rounds, rounds go on a
-        moment apart for up to ``seconds``."""
-        deadline = time.monotonic() + seconds
-        rounds = 0
-        while True:
+    def drain(self, *, max_rounds: int = 30) -> None:
+        for _ in range(max_rounds):
             self.work_once()
             if not self.release_scheduled() and not self.queue.count:
                 return
-            rounds += 1
-            if rounds >= max_rounds:
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.25)
         raise AssertionError(f"{self.queue.name} jobs still pending after draining")
 
 
