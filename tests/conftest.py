@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,15 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 from rq import SimpleWorker
 from rq.job import Job
 
 from jobs.models import LlmJob
+from jobs.selectors import DUE_TOLERANCE_SECONDS
+from llmops.queues import RUN_LLM_JOB_TASK
 
 ROOT = Path(__file__).resolve().parent.parent
 seed_prices = importlib.import_module("ledger.migrations.0002_seed_claude_prices")
@@ -198,19 +202,51 @@ class Workers:
         return [Job.fetch(i, connection=self.queue.connection) for i in registry.get_job_ids()]
 
     def release_scheduled(self) -> int:
-        """Move every scheduled job onto the queue now, as the scheduler would once due."""
-        registry = self.queue.scheduled_job_registry
-        ids = registry.get_job_ids()
-        for job_id in ids:
-            registry.remove(job_id)
-            self.queue.enqueue_job(Job.fetch(job_id, connection=self.queue.connection))
-        return len(ids)
+        """Move scheduled jobs onto the queue now: retries (their delays compressed by
+        ``LLM_RETRY_DELAY_SCALE``) and holds alike, as the scheduler would once due.
 
-    def drain(self, *, max_rounds: int = 30) -> None:
-        for _ in range(max_rounds):
+        Not a retrying job whose row says it is not due yet (held for a paced slot of the rate
+        limiter, in real seconds): released early it would be refused as not due, and its row
+        would point at a spent RQ job. It stays scheduled until its row is due (``drain`` waits
+        for it in real time)."""
+        registry = self.queue.scheduled_job_registry
+        released = 0
+        for rq_job_id in registry.get_job_ids():
+            job = Job.fetch(rq_job_id, connection=self.queue.connection)
+            if self._not_due(job):
+                continue
+            registry.remove(rq_job_id)
+            self.queue.enqueue_job(job)
+            released += 1
+        return released
+
+    @staticmethod
+    def _not_due(job: Job) -> bool:
+        if job.func_name != RUN_LLM_JOB_TASK:
+            return False
+        due = timezone.now() + timedelta(seconds=DUE_TOLERANCE_SECONDS)
+        return LlmJob.objects.filter(
+            id=job.args[0], rq_job_id=job.id, status=LlmJob.Status.RETRYING, next_attempt_at__gt=due
+        ).exists()
+
+    def drain(self, *, max_rounds: int = 30, seconds: float = 60) -> None:
+        """Run until nothing is left. Retries are fast-forwarded; a job the rate limiter holds
+        waits for its paced slot in real time: after ``max_rounds`` quick rounds (or once only
+        such holds are left), rounds go on a moment apart for up to ``seconds``."""
+        deadline = time.monotonic() + seconds
+        rounds = 0
+        while True:
             self.work_once()
-            if not self.release_scheduled() and not self.queue.count:
-                return
+            released = self.release_scheduled()
+            if not released and not self.queue.count:
+                if not self.queue.scheduled_job_registry.count:
+                    return
+                rounds = max_rounds  # only holds not due yet: wait for them in real time
+            rounds += 1
+            if rounds >= max_rounds:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
         raise AssertionError(f"{self.queue.name} jobs still pending after draining")
 
 
