@@ -13,5 +13,7 @@ if _worker.startswith("gw"):
     _base, _, _index = _url.rpartition("/")
     _own = int(_index or 0) - int(_worker[2:])
     if _own < 6:  # 5 is the chaos drill's (Makefile), 0 the default one of `make run`
-        raise RuntimeError(f"too many test workers for {_url}: worker {_worker} would use index {_own}")
+        raise RuntimeError(
+            f"too many test workers for {_url}: worker {_worker} would use index {_own}"
+        )
     os.environ["REDIS_URL"] = f"{_base}/{_own}"
