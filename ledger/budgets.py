@@ -295,7 +295,7 @@ def budget_reserve(*, job: "LlmJob", attempt: int) -> BudgetRefusal | Reservatio
         # copy released it when its claim lost, or died before the claim, or is about to claim
         # and now cannot (a claim needs its own reservation open, ``budget_claim``), since an
         # attempt number is used again only when that attempt never started. Without this the
-        # job waited on itself (the chaos drill found it, ops/chaos/).
+        # job waited on itself (the chaos drill found it, chaos/).
         BudgetReservation.objects.filter(
             job=job,
             attempt=attempt,
