@@ -511,8 +511,8 @@ def _alert_exhausted_once(window: BudgetWindow, usage: BudgetUsage) -> None:
 
 def _alert(*, kind: str, severity: str, usage: BudgetUsage, title: str, body: str) -> None:
     # Imported here: alerts imports the jobs and ledger apps.
+    from alerts.destinations import destinations_for
     from alerts.notifications import alert_create
-    from alerts.routing import destinations_for
 
     budget = usage.budget
     alert_create(
