@@ -44,7 +44,7 @@ lint: dev-venv
 	$(BIN)/ruff format --check .
 
 typecheck: dev-venv
-	$(BIN)/mypy llmops jobs ledger alerts fake_provider ops ratelimits batches pipelines
+	$(BIN)/mypy llmops jobs ledger alerts fake_provider ops ratelimits batches pipelines chaos
 
 test: dev-venv services browser tools lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
@@ -53,7 +53,7 @@ test: dev-venv services browser tools lint typecheck
 clean:
 	rm -rf $(VENV) db.sqlite3 staticfiles
 
-# The chaos drill (ops/chaos/, docs/operations.md#chaos-drill): the production checklist's faults
+# The chaos drill (chaos/, docs/operations.md#chaos-drill): the production checklist's faults
 # against the fake provider and real workers, about ten minutes, on its own database (created
 # and migrated if missing) and Redis index, which it FLUSHDBs. CHAOS_ARGS="--jobs 500" passes
 # options on; the report ends the output, and the exit code says whether every check passed.

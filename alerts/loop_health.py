@@ -17,9 +17,9 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from alerts.destinations import destinations_for
 from alerts.models import Alert, AlertFingerprint, LoopHeartbeat, Severity
 from alerts.notifications import alert_create, condition_alert_update, trigger_destinations
-from alerts.routing import destinations_for
 
 __all__ = [
     "STALLED_AFTER_INTERVALS",

@@ -24,9 +24,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from alerts.destinations import Destination, destinations_for
 from alerts.dispatch import deliveries_enqueue, failure_check_enqueue
 from alerts.models import Alert, AlertDelivery, AlertFingerprint, FailureRecord
-from alerts.routing import Destination, destinations_for
 
 __all__ = [
     "alert_create",

@@ -15,9 +15,9 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.utils import now as rq_now
 
+from alerts.destinations import destinations_for
 from alerts.models import Alert, AlertFingerprint, Severity
 from alerts.notifications import alert_create, condition_alert_update, trigger_destinations
-from alerts.routing import destinations_for
 
 __all__ = ["QueueWait", "oldest_wait_seconds", "queue_health_check", "queue_wait_alert_update"]
 

@@ -14,9 +14,9 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from alerts.destinations import destinations_for
 from alerts.models import Alert, AlertFingerprint, Severity
 from alerts.notifications import alert_create, condition_alert_update, trigger_destinations
-from alerts.routing import destinations_for
 from jobs.breaker import breaker_probe_due
 from jobs.models import LlmJob
 from jobs.selectors import job_oldest_overdue_retry

@@ -14,9 +14,9 @@ host (``alerts.targets.redact_target``/``scrub``).
 
 from typing import Any
 
+from alerts.destinations import Destination
 from alerts.models import Alert, Severity
 from alerts.notifications import alert_create
-from alerts.routing import Destination
 from alerts.targets import CALLBACK
 from batches.models import Batch
 

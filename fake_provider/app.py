@@ -31,7 +31,7 @@ dropped and timed-out requests are billed (the work was done); error responses b
 ``GET /_fake/in_flight`` lists the Idempotency-Keys (job ids) of the calls in flight.
 ``GET /_fake/billing`` lists every billed call with its request id and the caller's
 ``Idempotency-Key`` (our workers send the job id): which job was billed how often, and for which
-answer (the chaos drill, ops/chaos/, compares it with the ledger job by job).
+answer (the chaos drill, chaos/, compares it with the ledger job by job).
 
 Faults: one uniform draw per request; each configured fault owns a slice of its rate, in the
 order given (rates adding up to more than 1 cut the later ones). An injected 429 says

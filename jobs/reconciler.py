@@ -11,7 +11,7 @@ Each pass, in bounded batches:
   scheduled copy, if it ever runs, no longer matches the row and exits. Only while that RQ job
   still waits for a scheduler: one already on the queue is on its way, and replacing it would
   send it to the back of a busy queue again at every pass, so that it never ran (the chaos drill
-  found that: ops/chaos/). A ``queued`` job held by the rate limiter (``job_hold``) waits for
+  found that: chaos/). A ``queued`` job held by the rate limiter (``job_hold``) waits for
   the scheduler the same way, and is enqueued again once its scheduled time is that overdue;
 - a waiting job whose RQ job a worker took off the queue and never got to claim (it waited on the
   rate limiter, a database slot, or the worker's main loop quit on an exception) when that worker

@@ -295,7 +295,7 @@ def budget_reserve(*, job: "LlmJob", attempt: int) -> BudgetRefusal | Reservatio
         # copy released it when its claim lost, or died before the claim, or is about to claim
         # and now cannot (a claim needs its own reservation open, ``budget_claim``), since an
         # attempt number is used again only when that attempt never started. Without this the
-        # job waited on itself (the chaos drill found it, ops/chaos/).
+        # job waited on itself (the chaos drill found it, chaos/).
         BudgetReservation.objects.filter(
             job=job,
             attempt=attempt,
@@ -511,8 +511,8 @@ def _alert_exhausted_once(window: BudgetWindow, usage: BudgetUsage) -> None:
 
 def _alert(*, kind: str, severity: str, usage: BudgetUsage, title: str, body: str) -> None:
     # Imported here: alerts imports the jobs and ledger apps.
+    from alerts.destinations import destinations_for
     from alerts.notifications import alert_create
-    from alerts.routing import destinations_for
 
     budget = usage.budget
     alert_create(

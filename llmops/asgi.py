@@ -23,7 +23,7 @@ http_application = BodyLimitMiddleware(http_application)
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from jobs.routing import websocket_urlpatterns  # noqa: E402
+from jobs.ws_urls import websocket_urlpatterns  # noqa: E402
 from llmops.wsauth import token_or_session_ws  # noqa: E402
 
 application = ProtocolTypeRouter(

@@ -22,7 +22,7 @@ from llmops.queues import ALERTS_QUEUE, DEFAULT_QUEUE, KEY_PREFIX, LLM_QUEUE
 from llmops.rates import parse_rate
 
 # Pure (no models): the rate-limit settings' parsers.
-from ratelimits import conf as rate_limit_conf
+from ratelimits import env_parsers as rate_limit_conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

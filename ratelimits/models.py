@@ -9,7 +9,8 @@ class RateLimit(models.Model):
 
     Each field is optional: an empty one falls back to the LLM_RATE_LIMITS setting, and the
     limiter never goes above what the provider itself reports in its anthropic-ratelimit-*
-    headers (the smaller of a configured and a learned limit applies). See ratelimits/config.py.
+    headers (the smaller of a configured and a learned limit applies). See
+    ratelimits/configured_limits.py.
     """
 
     provider = models.CharField(max_length=40, default="anthropic", help_text=PROVIDER_HELP)

@@ -21,7 +21,7 @@ from jobs.provider import ProviderOutcome
 from jobs.retry_policy import classify
 from ledger.pricing import estimate_input_tokens
 from llmops.db_connections import release_connection
-from ratelimits.config import config_cache_clear, configured_limits
+from ratelimits.configured_limits import config_cache_clear, configured_limits
 from ratelimits.headers import MAX_PAUSE_SECONDS, learned_from_headers, pause_after_429
 from ratelimits.limiter import limiter_mark_sent, limiter_reserve, limiter_settle
 from ratelimits.models import RateLimit

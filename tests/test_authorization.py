@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from jobs.routing import websocket_urlpatterns
+from jobs.ws_urls import websocket_urlpatterns
 from tests.authorization_effects import ACTION_EFFECTS, post_action
 from tests.authorization_world import (
     ACTORS,

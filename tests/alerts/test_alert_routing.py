@@ -9,9 +9,9 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.test import Client
 
+from alerts.destinations import Destination, destinations_for
 from alerts.models import Alert, AlertDelivery, AlertRoute
 from alerts.notifications import alert_raise
-from alerts.routing import Destination, destinations_for
 from alerts.targets import redact_target
 from llmops.settings import alert_routes_from_env
 from tests.alerts.conftest import ROUTING_KEY, SLACK_PATH, WEBHOOK_PATH, dead_letter

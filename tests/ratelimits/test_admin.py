@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from jobs.models import LlmJob
-from ratelimits.config import configured_limits
+from ratelimits.configured_limits import configured_limits
 from ratelimits.models import RateLimit
 from ratelimits.services import rate_limit_acquire
 from tests.conftest import make_user, submit

@@ -1,3 +1,5 @@
+"""The WebSocket URL patterns (the HTTP ones are in jobs/urls.py); llmops/asgi.py serves them."""
+
 from django.urls import path
 
 from jobs.consumers import JobEventsConsumer

@@ -1,4 +1,4 @@
-"""The chaos drill (``manage.py llm_chaos``, ops/chaos/): the reduced drill against the test
+"""The chaos drill (``manage.py llm_chaos``, chaos/): the reduced drill against the test
 database and Redis index, with real worker processes and every fault kind; its checks failing
 on a broken invariant (and on a fault that did not happen); and its refusal to run where
 something else runs."""
@@ -18,15 +18,15 @@ from rest_framework.authtoken.models import Token
 from rq import Worker
 
 from alerts.models import AlertRoute
+from chaos import FAULT_KINDS, DrillOptions, Report, evaluate
+from chaos.conductor import Conductor
+from chaos.fault_checks import fault_checks
+from chaos.plan import LONG_CALL_MAX_WAIT_SECONDS, LONG_CALL_SECONDS, timeline
+from chaos.processes import Stack
+from chaos.provider import FakeProvider as DrillProvider
+from chaos.record import DrillRecord
 from jobs.models import LlmJob, ProviderBreaker
 from ledger.models import Budget
-from ops.chaos import FAULT_KINDS, DrillOptions, Report, evaluate
-from ops.chaos.conductor import Conductor
-from ops.chaos.fault_checks import fault_checks
-from ops.chaos.plan import LONG_CALL_MAX_WAIT_SECONDS, LONG_CALL_SECONDS, timeline
-from ops.chaos.processes import Stack
-from ops.chaos.provider import FakeProvider as DrillProvider
-from ops.chaos.record import DrillRecord
 from ratelimits.models import RateLimit
 from tests.conftest import FakeProvider, Workers, make_user, submit
 

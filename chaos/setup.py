@@ -11,8 +11,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
+from chaos.safety import DRILL_USERNAME
 from ledger.models import Budget
-from ops.chaos.safety import DRILL_USERNAME
 
 __all__ = [
     "BUDGET_LIMIT_USD",

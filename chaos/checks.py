@@ -19,10 +19,10 @@ from decimal import Decimal
 from django.db.models import Count
 
 from alerts.models import FailureRecord
+from chaos import events
+from chaos.record import DrillRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
-from ops.chaos import events
-from ops.chaos.record import DrillRecord
 from ops.selectors import counter_totals, ledger_totals
 
 __all__ = ["Check", "LedgerView", "job_checks"]

@@ -23,14 +23,13 @@ from collections import Counter
 
 from alerts.models import FailureRecord, Severity
 from alerts.notifications import failure_record_fingerprint
-from jobs.models import LlmJob
+from chaos.budget_checks import CAPPED_REFUSAL
+from chaos.checks import Check
+from chaos.fault_checks_more import NOT_HAPPENED, all_final, failed_because, more_fault_checks
+from chaos.record import DrillRecord
+from chaos.setup import CAPPED_FEATURE
 from jobs.retry_policy import DEFAULT_SCHEDULES
 from ledger.models import CostEntry
-from ops.chaos.budget_checks import CAPPED_REFUSAL
-from ops.chaos.checks import Check
-from ops.chaos.fault_checks_more import NOT_HAPPENED, more_fault_checks
-from ops.chaos.record import DrillRecord
-from ops.chaos.setup import CAPPED_FEATURE
 
 __all__ = ["alert_checks", "fault_checks"]
 
@@ -133,25 +132,9 @@ def _ledger_rows(record: DrillRecord, **filters: object) -> tuple[int, set[str]]
     return rows.count(), jobs
 
 
-def _all_final(job_ids: set[str] | list[str]) -> tuple[int, int]:
-    """(how many of them are final, how many completed)."""
-    jobs = LlmJob.objects.filter(id__in=list(job_ids))
-    return (
-        jobs.filter(status__in=LlmJob.FINAL_STATUSES).count(),
-        jobs.filter(status=LlmJob.Status.COMPLETED).count(),
-    )
-
-
-def _failed_because(job_ids: set[str]) -> str:
-    reasons = Counter(
-        FailureRecord.objects.filter(job_id__in=list(job_ids)).values_list("reason_code", flat=True)
-    )
-    return ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())
-
-
 def _storm(record: DrillRecord, label: str, served: int, reason: str) -> Check:
     attempts, jobs = _ledger_rows(record, reason_code=reason)
-    final, completed = _all_final(jobs)
+    final, completed = all_final(jobs)
     failed = final - completed
     return Check(
         label,
@@ -159,7 +142,7 @@ def _storm(record: DrillRecord, label: str, served: int, reason: str) -> Check:
         (NOT_HAPPENED if not served else "")
         + f"provider {served}, ledger {attempts} attempts ({reason}) of {len(jobs)} jobs: "
         f"{completed} completed, {failed} failed"
-        + (f" ({_failed_because(jobs)})" if failed else "")
+        + (f" ({failed_because(jobs)})" if failed else "")
         + f", {len(jobs) - final} not final",
     )
 
@@ -197,7 +180,7 @@ def _kill(record: DrillRecord) -> Check:
         return Check("kill -9, restart", False, NOT_HAPPENED + "no worker was killed")
     _, lost = _ledger_rows(record, reason_code="worker_lost")
     jobs = set(event.jobs_in_flight) | lost
-    final, completed = _all_final(jobs)
+    final, completed = all_final(jobs)
     restarted = (
         f"restarted after {event.restarted_after:.1f} s"
         if event.restarted_after is not None
@@ -221,7 +204,7 @@ def _flush(record: DrillRecord) -> Check:
     event = record.flush
     if event is None:
         return Check("FLUSHDB, no scheduler", False, NOT_HAPPENED + "Redis was never flushed")
-    final, completed = _all_final(event.waiting_jobs)
+    final, completed = all_final(event.waiting_jobs)
     scheduler_gone = not event.scheduler_running or not record.options.has("kill")
     return Check(
         "FLUSHDB, no scheduler",

@@ -15,14 +15,11 @@ from django.contrib.auth.models import User
 from django.db import OperationalError
 from django.utils import timezone
 
-from jobs.breaker import PROVIDER
-from jobs.models import LlmJob
-from ledger.models import CostEntry
-from ops.chaos import events
-from ops.chaos.plan import DrillOptions, Phase, call_deadline_seconds
-from ops.chaos.processes import Process, Stack
-from ops.chaos.provider import FakeProvider
-from ops.chaos.record import (
+from chaos import events
+from chaos.plan import DrillOptions, Phase, call_deadline_seconds
+from chaos.processes import Process, Stack
+from chaos.provider import FakeProvider
+from chaos.record import (
     BudgetToggleEvent,
     DrillRecord,
     KillEvent,
@@ -30,8 +27,11 @@ from ops.chaos.record import (
     RevokeEvent,
     TrickleEvent,
 )
-from ops.chaos.setup import drill_budget_set_enabled, drill_token_create, drill_token_revoke
-from ops.chaos.socket_watch import SocketWatch
+from chaos.setup import drill_budget_set_enabled, drill_token_create, drill_token_revoke
+from chaos.socket_watch import SocketWatch
+from jobs.breaker import PROVIDER
+from jobs.models import LlmJob
+from ledger.models import CostEntry
 from ratelimits.models import RateLimit
 
 __all__ = [

@@ -83,8 +83,9 @@ class AlertReceiver:
 @transaction.atomic
 def routes_install(*, url: str) -> list[int]:
     """One webhook route per severity to the receiver. A severity with a route row no longer
-    falls back to ALERT_ROUTES (alerts/routing.py): the drill's alerts go to the receiver and to
-    the rows staff configured, which the safety checks require to be none without --yes-really."""
+    falls back to ALERT_ROUTES (alerts/destinations.py): the drill's alerts go to the receiver and
+    to the rows staff configured, which the safety checks require to be none without
+    --yes-really."""
     return [
         AlertRoute.objects.create(
             name=ROUTE_NAME, severity=severity, kind=AlertKind.WEBHOOK, target=url

@@ -14,13 +14,13 @@ from decimal import Decimal
 from django.db.models import Count, Q, Sum
 
 from alerts.models import FailureRecord
+from chaos import events
+from chaos.checks import Check
+from chaos.record import DrillRecord
+from chaos.setup import CAPPED_FEATURE
 from jobs.models import LlmJob
 from ledger.budgets import window_bounds
 from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry
-from ops.chaos import events
-from ops.chaos.checks import Check
-from ops.chaos.record import DrillRecord
-from ops.chaos.setup import CAPPED_FEATURE
 
 __all__ = ["CAPPED_REFUSAL", "budget_checks"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from ratelimits.conf import LIMIT_FIELDS, WILDCARD
+from ratelimits.env_parsers import LIMIT_FIELDS, WILDCARD
 from ratelimits.models import RateLimit
 
 __all__ = [

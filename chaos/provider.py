@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from ops.chaos.processes import Stack, free_port, wait_until
+from chaos.processes import Stack, free_port, wait_until
 
 __all__ = ["BilledCall", "FakeProvider"]
 

@@ -3,23 +3,24 @@ past its deadline, the reconciler stopped, a worker killed while the jobs it deq
 rate limiter, a token revoked under its open WebSocket.
 
 Each fails when its fault did not happen, and its figures then begin with NOT_HAPPENED.
+``all_final`` and ``failed_because`` serve fault_checks.py too (it imports this module).
 """
 
 from collections import Counter
 
 from alerts.models import FailureRecord
+from chaos.checks import Check
+from chaos.faults import REVOKE_CLOSE_SECONDS, TRICKLE_CUT_GRACE_SECONDS
+from chaos.record import DrillRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
-from ops.chaos.checks import Check
-from ops.chaos.faults import REVOKE_CLOSE_SECONDS, TRICKLE_CUT_GRACE_SECONDS
-from ops.chaos.record import DrillRecord
 
-__all__ = ["NOT_HAPPENED", "more_fault_checks"]
+__all__ = ["NOT_HAPPENED", "all_final", "failed_because", "more_fault_checks"]
 
 NOT_HAPPENED = "fault did not happen: "
 
 
-def _all_final(job_ids: set[str]) -> tuple[int, int]:
+def all_final(job_ids: set[str] | list[str]) -> tuple[int, int]:
     """(how many of them are final, how many completed)."""
     jobs = LlmJob.objects.filter(id__in=list(job_ids))
     return (
@@ -28,7 +29,8 @@ def _all_final(job_ids: set[str]) -> tuple[int, int]:
     )
 
 
-def _failed_because(job_ids: set[str]) -> str:
+def failed_because(job_ids: set[str]) -> str:
+    """Their dead letters' reason codes, most common first: "<n> <reason_code>, ..."."""
     reasons = Counter(
         FailureRecord.objects.filter(job_id__in=list(job_ids)).values_list("reason_code", flat=True)
     )
@@ -66,7 +68,7 @@ def _trickle(record: DrillRecord) -> Check:
             notes.append("still running past its deadline when a kill of its worker ended it")
         else:
             notes.append("no row" if latency is None else f"{latency:.1f} s")
-    final, completed = _all_final({call.job_id for call in calls})
+    final, completed = all_final({call.job_id for call in calls})
     figures = (
         f"{len(calls)} call(s) trickled (a byte a second; deadline {event.deadline_seconds:g} s): "
         f"{len(cut)} cut and booked as an unknown outcome"
@@ -93,7 +95,7 @@ def _kill_waiting(record: DrillRecord) -> Check:
     if event is None:
         return Check(name, False, NOT_HAPPENED + "no worker was killed")
     jobs = set(event.jobs_in_flight)
-    final, completed = _all_final(jobs)
+    final, completed = all_final(jobs)
     statuses = Counter(
         LlmJob.objects.filter(id__in=list(jobs))
         .exclude(status__in=LlmJob.FINAL_STATUSES)
@@ -102,7 +104,7 @@ def _kill_waiting(record: DrillRecord) -> Check:
     figures = (
         f"{event.process} (pid {event.pid}) killed at {event.at:.0f} s with {len(jobs)} job(s) "
         f"dequeued and waiting on the limiter: {completed} completed, {final - completed} failed"
-        + (f" ({_failed_because(jobs)})" if final > completed else "")
+        + (f" ({failed_because(jobs)})" if final > completed else "")
         + f", {len(jobs) - final} not final"
         + (f" ({', '.join(f'{n} {s}' for s, n in statuses.items())})" if statuses else "")
     )
@@ -161,7 +163,7 @@ def _reconciler(record: DrillRecord) -> Check:
         return Check(name, False, NOT_HAPPENED + "the reconciler did not stop when told")
     # The jobs not final when it came back waited, some of them for it: all must end.
     waited = set(event.waiting_at_restart)
-    final, completed = _all_final(waited)
+    final, completed = all_final(waited)
     back = event.restarted_at is not None
     return Check(
         name,

@@ -1,12 +1,12 @@
-"""What happened during a drill: filled in by ops/chaos/drill.py, read by the checks."""
+"""What happened during a drill: filled in by chaos/drill.py, read by the checks."""
 
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ops.chaos.plan import DrillOptions, Knob, Phase
-from ops.chaos.provider import BilledCall
-from ops.chaos.receiver import Received
+from chaos.plan import DrillOptions, Knob, Phase
+from chaos.provider import BilledCall
+from chaos.receiver import Received
 
 __all__ = [
     "BreakerEvent",

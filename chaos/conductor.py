@@ -10,7 +10,7 @@ drill's loop and does whatever is due at ``t`` seconds, without ever blocking fo
 - kill -9 of the llm worker that runs the rq scheduler, once it has calls in flight, then
   watching llmops.respawn start it again;
 - FLUSHDB, noting who held the scheduler lock and which jobs were waiting;
-- the faults of ops/chaos/faults.py: trickle, budget, reconciler, kill-waiting, revoke.
+- the faults of chaos/faults.py: trickle, budget, reconciler, kill-waiting, revoke.
 """
 
 import os
@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from django.contrib.auth.models import User
 
-from ops.chaos import events
-from ops.chaos.faults import (
+from chaos import events
+from chaos.faults import (
     BudgetToggle,
     KillWaiting,
     ReconcilerStop,
@@ -28,7 +28,7 @@ from ops.chaos.faults import (
     provider_faults_now,
     trickle_in_flight,
 )
-from ops.chaos.plan import (
+from chaos.plan import (
     LONG_CALL_MAX_WAIT_SECONDS,
     LONG_CALL_SECONDS,
     LONG_CALL_WINDOW_SECONDS,
@@ -38,9 +38,9 @@ from ops.chaos.plan import (
     Phase,
     breaker_hold_seconds,
 )
-from ops.chaos.processes import Process, Stack, descendants
-from ops.chaos.provider import FakeProvider
-from ops.chaos.record import BreakerEvent, DrillRecord, FlushEvent, KillEvent, LongCallEvent
+from chaos.processes import Process, Stack, descendants
+from chaos.provider import FakeProvider
+from chaos.record import BreakerEvent, DrillRecord, FlushEvent, KillEvent, LongCallEvent
 
 __all__ = ["Conductor"]
 

@@ -15,9 +15,9 @@ stale threshold), waits for every job to end, stops everything and checks the in
 - ``checks``, ``fault_checks``, ``report``: the checks and the report.
 """
 
-from ops.chaos.drill import Drill
-from ops.chaos.plan import FAULT_KINDS, DrillOptions
-from ops.chaos.report import Report, evaluate
-from ops.chaos.safety import Refused
+from chaos.drill import Drill
+from chaos.plan import FAULT_KINDS, DrillOptions
+from chaos.report import Report, evaluate
+from chaos.safety import Refused
 
 __all__ = ["FAULT_KINDS", "Drill", "DrillOptions", "Refused", "Report", "evaluate"]

@@ -5,11 +5,11 @@ import socket
 import sys
 from dataclasses import dataclass
 
-from ops.chaos.budget_checks import budget_checks
-from ops.chaos.checks import Check, job_checks
-from ops.chaos.fault_checks import alert_checks, fault_checks
-from ops.chaos.plan import FAULT_KINDS
-from ops.chaos.record import DrillRecord
+from chaos.budget_checks import budget_checks
+from chaos.checks import Check, job_checks
+from chaos.fault_checks import alert_checks, fault_checks
+from chaos.plan import FAULT_KINDS
+from chaos.record import DrillRecord
 
 __all__ = ["Report", "evaluate"]
 

@@ -29,19 +29,15 @@ from django.utils import timezone
 
 from alerts.dispatch import LOST_DELIVERY_GRACE_SECONDS, UNALERTED_FAILURE_GRACE_SECONDS
 from alerts.models import AlertDelivery, AlertFingerprint, FailureRecord
-from jobs.models import LlmJob
-from jobs.services import job_submit
-from ledger.services import job_upper_bound_cost
-from llmops.errors import LimitExceeded
-from ops.chaos import events
-from ops.chaos.conductor import Conductor, active_faults
-from ops.chaos.plan import DrillOptions, knobs, timeline
-from ops.chaos.processes import ROOT, Stack, free_port, wait_until
-from ops.chaos.provider import FakeProvider
-from ops.chaos.receiver import AlertReceiver, routes_install, routes_remove
-from ops.chaos.record import DrillRecord
-from ops.chaos.safety import Refused, database_url, production_signs, redis_description
-from ops.chaos.setup import (
+from chaos import events
+from chaos.conductor import Conductor, active_faults
+from chaos.plan import DrillOptions, knobs, timeline
+from chaos.processes import ROOT, Stack, free_port, wait_until
+from chaos.provider import FakeProvider
+from chaos.receiver import AlertReceiver, routes_install, routes_remove
+from chaos.record import DrillRecord
+from chaos.safety import Refused, database_url, production_signs, redis_description
+from chaos.setup import (
     CAPPED_FEATURE,
     drill_budget_create,
     drill_budget_remove,
@@ -49,6 +45,10 @@ from ops.chaos.setup import (
     drill_token_revoke,
     drill_user_ensure,
 )
+from jobs.models import LlmJob
+from jobs.services import job_submit
+from ledger.services import job_upper_bound_cost
+from llmops.errors import LimitExceeded
 
 __all__ = ["Drill"]
 
@@ -57,7 +57,7 @@ T = TypeVar("T")
 FEATURES = ("chaos-classify", "chaos-summarize", "chaos-extract")
 MODELS = ("claude-haiku-4-5", "claude-sonnet-4-6")
 CAPPED_EVERY = 10
-"""Every tenth job has the capped feature (ops/chaos/setup.py)."""
+"""Every tenth job has the capped feature (chaos/setup.py)."""
 CAPPED_SHARE = 6
 """The capped budget holds the worst case of one in this many of its jobs: at what calls really
 cost (about two fifths of their worst case), a third or more of its jobs are refused."""

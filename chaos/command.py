@@ -1,0 +1,137 @@
+"""``manage.py llm_chaos``'s options and run. The command itself
+(ops/management/commands/llm_chaos.py) is a thin wrapper that imports this module only when it
+runs, because production does not install the drill."""
+
+import time
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from chaos import FAULT_KINDS, Drill, DrillOptions, Refused, Report, evaluate
+from chaos.plan import DEFAULT_DURATION, DEFAULT_JOBS, MIN_DURATION
+
+__all__ = ["add_arguments", "handle"]
+
+
+def _faults(value: str) -> frozenset[str]:
+    kinds = frozenset(k.strip() for k in value.split(",") if k.strip() and k.strip() != "none")
+    unknown = kinds - set(FAULT_KINDS)
+    if unknown:
+        raise CommandError(
+            f"--faults: unknown {', '.join(sorted(unknown))}; use {','.join(FAULT_KINDS)} or none"
+        )
+    return kinds
+
+
+def add_arguments(parser: CommandParser) -> None:
+    defaults = DrillOptions()
+    parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help="jobs to submit")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=DEFAULT_DURATION,
+        help=f"seconds of load and faults (at least {MIN_DURATION:g}); the drain follows",
+    )
+    parser.add_argument(
+        "--faults",
+        default=",".join(FAULT_KINDS),
+        help="comma-separated fault kinds, or none: "
+        + "; ".join(f"{kind}: {what}" for kind, what in FAULT_KINDS.items()),
+    )
+    parser.add_argument("--rate-429", type=float, default=defaults.rate_429)
+    parser.add_argument("--drop-rate", type=float, default=defaults.drop_rate)
+    parser.add_argument("--latency-ms", default=defaults.latency_ms)
+    parser.add_argument("--llm-workers", type=int, default=defaults.llm_workers)
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=defaults.drain_timeout,
+        help="seconds the jobs get to end after the load",
+    )
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--log-dir", type=Path, default=None, help="default: a temp dir")
+    parser.add_argument(
+        "--yes-really",
+        action="store_true",
+        help="run even where this looks like a system in use (it FLUSHDBs its Redis)",
+    )
+
+
+def handle(command: BaseCommand, opts: dict[str, Any]) -> None:
+    if opts["jobs"] < 1 or opts["llm_workers"] < 1:
+        raise CommandError("--jobs and --llm-workers must be at least 1")
+    if opts["duration"] < MIN_DURATION:
+        raise CommandError(f"--duration must be at least {MIN_DURATION:g} s")
+    if not (0 <= opts["rate_429"] <= 1 and 0 <= opts["drop_rate"] <= 1):
+        raise CommandError("--rate-429 and --drop-rate are fractions between 0 and 1")
+    options = DrillOptions(
+        jobs=opts["jobs"],
+        duration=opts["duration"],
+        faults=_faults(opts["faults"]),
+        rate_429=opts["rate_429"],
+        drop_rate=opts["drop_rate"],
+        latency_ms=opts["latency_ms"],
+        llm_workers=opts["llm_workers"],
+        drain_timeout=opts["drain_timeout"],
+        seed=opts["seed"],
+        log_dir=opts["log_dir"],
+        yes_really=opts["yes_really"],
+    )
+    started = time.monotonic()
+
+    def say(line: str) -> None:
+        command.stdout.write(line)
+        command.stdout.flush()
+
+    command_line = "python manage.py llm_chaos" + _non_default(opts)
+    try:
+        report = Drill(options, say=say).run(
+            lambda record: Report(record, evaluate(record), command_line)
+        )
+    except Refused as refusal:
+        raise CommandError(f"refusing to run: {refusal}", returncode=2) from None
+    except KeyboardInterrupt:
+        raise CommandError(
+            "interrupted: every process the drill started is stopped, its alert routes and "
+            "budget removed",
+            returncode=130,
+        ) from None
+    report.seconds = time.monotonic() - started
+    say("")
+    for line in report.lines():
+        say(line)
+    if not report.passed:
+        raise CommandError(report.summary(), returncode=report.exit_code)
+
+
+def _non_default(opts: dict[str, Any]) -> str:
+    """The options given, as they would be typed (for the report's command line)."""
+    defaults = DrillOptions()
+    shown = {
+        "jobs": DEFAULT_JOBS,
+        "duration": DEFAULT_DURATION,
+        "faults": ",".join(FAULT_KINDS),
+        "rate_429": defaults.rate_429,
+        "drop_rate": defaults.drop_rate,
+        "latency_ms": defaults.latency_ms,
+        "llm_workers": defaults.llm_workers,
+        "drain_timeout": defaults.drain_timeout,
+        "seed": defaults.seed,
+        "log_dir": None,
+        "yes_really": False,
+    }
+    parts = []
+    for name, default in shown.items():
+        value = opts.get(name)
+        if value == default:
+            continue
+        flag = "--" + name.replace("_", "-")
+        parts.append(
+            flag
+            if value is True
+            else f"{flag} {value:g}"
+            if isinstance(value, float)
+            else f"{flag} {value}"
+        )
+    return "".join(" " + part for part in parts)
