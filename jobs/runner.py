@@ -320,8 +320,8 @@ def _attempt(
     started: float | None = None,
 ) -> str:
     release_connection()  # no connection is held while the provider answers
-    llm = provider_for(job.model)
-    deadline = CallDeadline(llm.call_deadline_for(job.max_tokens))
+    provider = provider_for(job.model)
+    deadline = CallDeadline(provider.call_deadline_for(job.max_tokens))
     record = _RecordWindow(job=job, started=time.monotonic() if started is None else started)
     with _Heartbeat(job.id, lock, job.concurrency_key, deadline) as heartbeat:
         try:
@@ -333,11 +333,11 @@ def _attempt(
                 rate_limit_sent(grant)
                 heartbeat.call_starts()
             try:
-                outcome = llm.call(
+                outcome = provider.call(
                     ProviderRequest(
                         body=job.provider_request(),
                         idempotency_key=str(job.id),
-                        read_timeout=llm.read_timeout_for(job.max_tokens),
+                        read_timeout=provider.read_timeout_for(job.max_tokens),
                         deadline=deadline,
                     )
                 )
