@@ -155,7 +155,7 @@ def timeline(options: DrillOptions) -> list[Phase]:
 
 def call_deadline_seconds() -> float:
     """The deadline of a drill call (128 tokens: the read timeout's floor applies), as
-    jobs/timeouts.py computes it: the connect timeout plus the read timeout."""
+    providers/limits.py computes it: the connect timeout plus the read timeout."""
     return CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS
 
 

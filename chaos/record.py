@@ -73,7 +73,7 @@ class LongCallEvent:
 class TrickleEvent:
     at: float
     deadline_seconds: float
-    """The deadline of the drill's calls (connect + read timeout, jobs/timeouts.py)."""
+    """The deadline of the drill's calls (connect + read timeout, providers/limits.py)."""
     job_ids: list[str] = field(default_factory=list)
     """The jobs whose calls the provider trickled (its billing log), once the fault was lifted."""
     lifted_at: float | None = None

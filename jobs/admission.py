@@ -8,10 +8,10 @@ import math
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from jobs.timeouts import max_nonstreaming_tokens
 from ledger.budgets import budgets_exhausted_for
 from ledger.selectors import price_for_model
 from llmops.errors import LimitExceeded, ValidationFailed
+from providers.registry import provider_for
 
 __all__ = ["check_against_price_table", "check_budgets_not_spent", "idempotency_key_hash"]
 
@@ -26,7 +26,7 @@ def check_against_price_table(*, model: str, max_tokens: int) -> None:
             code="unknown_model",
             detail={"field": "model"},
         )
-    maximum = min(price.max_output_tokens, max_nonstreaming_tokens())
+    maximum = min(price.max_output_tokens, provider_for(model).max_tokens_limit())
     if max_tokens > maximum:
         raise ValidationFailed(
             f"max_tokens must be between 1 and {maximum} for {model}"

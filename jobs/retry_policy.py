@@ -1,17 +1,18 @@
 """The retry table: how each provider failure is classified, retried and dead-lettered.
 
 This module is the one place for those rules (docs/architecture.md, "Retry policy"). The
-provider client reports what happened (``ProviderOutcome``); ``classify`` names the failure
-class; ``decide`` chooses between a delayed retry and the dead-letter queue.
+provider reports what happened (``ProviderOutcome``) and reads its reason code from the answer
+(providers/errors.py); ``classify`` gives the reason its class and severity; ``decide`` chooses
+between a delayed retry and the dead-letter queue.
 """
 
 import random
-import re
 from dataclasses import dataclass
 
 from django.conf import settings
 
 from alerts.models import Severity
+from providers.errors import failure_reason
 
 __all__ = [
     "DEFAULT_SCHEDULES",
@@ -64,11 +65,38 @@ def _transient(reason: str) -> Classification:
     return Classification(reason, transient=True, severity=Severity.ERROR)
 
 
-_CONTEXT_TOO_LONG = re.compile(
-    r"prompt is too long|context (window|length|limit)|too many (input )?tokens", re.I
-)
-_USAGE_LIMIT = re.compile(r"reached your specified API usage limits", re.I)
-_CREDIT_BALANCE = re.compile(r"credit balance is too low", re.I)
+_CLASSES: dict[str, Classification] = {
+    c.reason_code: c
+    for c in (
+        # What the provider answered, or what happened on the way (providers/errors.py).
+        _transient("connection_error"),
+        _transient("read_timeout"),
+        _transient("connection_dropped"),
+        _transient("rate_limited"),
+        _fatal("spend_cap", Severity.CRITICAL),
+        _transient("overloaded"),
+        _transient("server_error"),
+        _transient("conflict"),
+        _fatal("authentication_failed", Severity.CRITICAL),
+        _fatal("payment_required", Severity.CRITICAL),
+        _fatal("permission_denied", Severity.CRITICAL),
+        _fatal("request_too_large", Severity.WARNING),
+        # Account-wide: no job of the account can run until someone buys credits.
+        _fatal("credit_balance", Severity.CRITICAL),
+        _fatal("usage_limit", Severity.WARNING),
+        _fatal("context_too_long", Severity.WARNING),
+        _fatal("not_found", Severity.ERROR),
+        _fatal("invalid_request", Severity.ERROR),
+        # Ours: no provider answer to read.
+        _transient("worker_lost"),
+        _transient("unexpected_error"),
+        _fatal("budget_exceeded", Severity.WARNING),
+    )
+}
+"""Each reason code's class and severity."""
+
+# The attempt kinds that are ours, not a provider call's outcome: each is its own reason.
+_OUR_KINDS = frozenset({"worker_lost", "unexpected_error", "budget_exceeded"})
 
 
 def classify(
@@ -80,48 +108,16 @@ def classify(
     message: str = "",
 ) -> Classification:
     """Classify one failed attempt by what was observed, never by SDK exception class."""
-    if kind == "connection_error":
-        return _transient("connection_error")
-    if kind == "read_timeout":
-        return _transient("read_timeout")
-    if kind == "connection_dropped":
-        return _transient("connection_dropped")
-    if kind == "worker_lost":
-        return _transient("worker_lost")
-    if kind == "unexpected_error":
-        return _transient("unexpected_error")
-    if kind == "budget_exceeded":
-        return _fatal("budget_exceeded", Severity.WARNING)
-
-    status = http_status or 0
-    if status == 429:
-        if error_code == "enforced_spend_limit_reached":
-            return _fatal("spend_cap", Severity.CRITICAL)
-        return _transient("rate_limited")
-    if status == 529 or error_type == "overloaded_error":
-        return _transient("overloaded")
-    if status >= 500 or status == 408:
-        return _transient("server_error")
-    if status == 409:
-        return _transient("conflict")
-    if status == 401:
-        return _fatal("authentication_failed", Severity.CRITICAL)
-    if status == 402:
-        return _fatal("payment_required", Severity.CRITICAL)
-    if status == 403:
-        return _fatal("permission_denied", Severity.CRITICAL)
-    if status == 413 or error_type == "request_too_large":
-        return _fatal("request_too_large", Severity.WARNING)
-    if status == 400 and _CREDIT_BALANCE.search(message):
-        # Account-wide: no job of the account can run until someone buys credits.
-        return _fatal("credit_balance", Severity.CRITICAL)
-    if status == 400 and _USAGE_LIMIT.search(message):
-        return _fatal("usage_limit", Severity.WARNING)
-    if status == 400 and _CONTEXT_TOO_LONG.search(message):
-        return _fatal("context_too_long", Severity.WARNING)
-    if status == 404:
-        return _fatal("not_found", Severity.ERROR)
-    return _fatal("invalid_request", Severity.ERROR)
+    if kind in _OUR_KINDS:
+        return _CLASSES[kind]
+    reason = failure_reason(
+        kind=kind,
+        http_status=http_status,
+        error_type=error_type,
+        error_code=error_code,
+        message=message,
+    )
+    return _CLASSES[reason]
 
 
 def schedules() -> dict[str, tuple[float, ...]]:

@@ -20,9 +20,7 @@ from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 from redis.exceptions import LockError, RedisError
 
-from jobs import provider
 from jobs.breaker import breaker_close, breaker_gate
-from jobs.call_deadline import CallDeadline
 from jobs.concurrency_keys import slot_acquire, slot_extend, slot_release
 from jobs.models import LlmJob
 from jobs.retry_policy import classify
@@ -36,7 +34,7 @@ from jobs.services import (
     job_complete,
     job_hold,
 )
-from jobs.timeouts import call_deadline_for, job_timeout_for, read_timeout_for
+from jobs.timeouts import job_timeout_for
 from ledger.budgets import BudgetRefusal, budget_release, budget_reserve
 from ledger.models import CostEntry
 from ledger.services import AttemptRecord
@@ -44,7 +42,10 @@ from llmops.db_connections import release_connection, slot_wait_limit
 from llmops.logs import bind_log_context, log_context
 from llmops.queues import LLM_QUEUE, job_lock_key
 from llmops.redis_clients import queue_connection
-from ratelimits.headers import MAX_PAUSE_SECONDS
+from providers.base import ProviderOutcome, ProviderRequest
+from providers.call_deadline import CallDeadline
+from providers.ratelimit_headers import MAX_PAUSE_SECONDS
+from providers.registry import provider_for
 from ratelimits.services import (
     RateLimitGrant,
     rate_limit_acquire,
@@ -78,7 +79,7 @@ class _Heartbeat:
     call's deadline while the call runs, then the end of the recording of its result
     (``hold_until``). Past it the beats stop, so that a thread stuck beyond every deadline loses
     its claim and the reconciler takes the job over; at the call's deadline it also cuts the
-    call off at its sockets (jobs/call_deadline.py), as a backstop to the call's own bound.
+    call off at its sockets (providers/call_deadline.py), as a backstop to the call's own bound.
 
     It runs on its own thread, so the lock must not keep its token in a thread-local (redis-py's
     default: ``reacquire()`` from another thread then fails with AttributeError). Any error in a
@@ -319,7 +320,8 @@ def _attempt(
     started: float | None = None,
 ) -> str:
     release_connection()  # no connection is held while the provider answers
-    deadline = CallDeadline(call_deadline_for(job.max_tokens))
+    provider = provider_for(job.model)
+    deadline = CallDeadline(provider.call_deadline_for(job.max_tokens))
     record = _RecordWindow(job=job, started=time.monotonic() if started is None else started)
     with _Heartbeat(job.id, lock, job.concurrency_key, deadline) as heartbeat:
         try:
@@ -331,11 +333,13 @@ def _attempt(
                 rate_limit_sent(grant)
                 heartbeat.call_starts()
             try:
-                outcome = provider.call_messages(
-                    body=job.provider_request(),
-                    job_id=str(job.id),
-                    read_timeout=read_timeout_for(job.max_tokens),
-                    deadline=deadline,
+                outcome = provider.call(
+                    ProviderRequest(
+                        body=job.provider_request(),
+                        idempotency_key=str(job.id),
+                        read_timeout=provider.read_timeout_for(job.max_tokens),
+                        deadline=deadline,
+                    )
                 )
             finally:
                 # The call is over (answered, failed or cut off at its deadline): the claim
@@ -432,7 +436,7 @@ def _persist(write: Callable[[], T], *, until: float | None = None) -> T:
             delay = min(delay * 2, 10)
 
 
-def failure_from_outcome(outcome: provider.ProviderOutcome) -> AttemptFailure:
+def failure_from_outcome(outcome: ProviderOutcome) -> AttemptFailure:
     """Classify a failed call and say what the ledger books for it."""
     if outcome.kind == "error_response":
         ledger_outcome = CostEntry.Outcome.ERROR_RESPONSE

@@ -200,6 +200,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_rq",
     "django_prometheus",
+    "providers",
     "jobs",
     "ledger",
     "alerts",

@@ -38,9 +38,9 @@ class PreloadingWorker(Worker):
         lower_cpu_priority()
         for module in PRELOADED_TASK_MODULES:
             importlib.import_module(module)
-        from jobs.provider import warm_up
+        from providers.registry import get_provider
 
-        warm_up()
+        get_provider().warm_up()
         super().__init__(*args, **kwargs)
         named_once(self.connection)  # a work horse opens its own connections for every job
 

@@ -10,9 +10,9 @@ from django.conf import settings
 
 from jobs.breaker import PROVIDER
 from llmops.queues import rate_limit_key_pattern, rate_limit_scope_of
+from providers.ratelimit_headers import KINDS
 from ratelimits.configured_limits import ConfiguredLimits, configured_limits
 from ratelimits.env_parsers import LIMIT_FIELDS, WILDCARD
-from ratelimits.headers import KINDS
 from ratelimits.limiter import KEY_PARTS, limiter_keys, redis_client
 from ratelimits.models import RateLimit
 

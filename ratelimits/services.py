@@ -17,12 +17,12 @@ from redis.exceptions import RedisError
 
 from jobs.breaker import PROVIDER
 from jobs.models import LlmJob
-from jobs.provider import ProviderOutcome
-from jobs.retry_policy import classify
 from ledger.pricing import estimate_input_tokens
 from llmops.db_connections import release_connection
+from providers.base import ProviderOutcome
+from providers.errors import failure_reason
+from providers.ratelimit_headers import MAX_PAUSE_SECONDS, learned_from_headers, pause_after_429
 from ratelimits.configured_limits import config_cache_clear, configured_limits
-from ratelimits.headers import MAX_PAUSE_SECONDS, learned_from_headers, pause_after_429
 from ratelimits.limiter import limiter_mark_sent, limiter_reserve, limiter_settle
 from ratelimits.models import RateLimit
 
@@ -177,13 +177,13 @@ def rate_limit_settle(grant: RateLimitGrant, outcome: ProviderOutcome) -> None:
         )
         output_tokens = usage.get("output_tokens", 0)
     elif outcome.kind == "error_response":
-        reason = classify(
+        reason = failure_reason(
             kind=outcome.kind,
             http_status=outcome.http_status,
             error_type=outcome.error_type,
             error_code=outcome.error_code,
             message=outcome.message,
-        ).reason_code
+        )
         if reason == "rate_limited":
             rate_limited = True
             pause = pause_after_429(

@@ -41,7 +41,8 @@ import json, django
 django.setup()
 from django.conf import settings
 from alerts.dispatch import _job_timeout as alert_delivery_timeout
-from jobs.timeouts import job_timeout_for, max_nonstreaming_tokens
+from jobs.timeouts import job_timeout_for
+from providers.limits import max_nonstreaming_tokens
 print(json.dumps({
     "llm": job_timeout_for(max_nonstreaming_tokens()),
     "alert_delivery": alert_delivery_timeout(),

@@ -1,4 +1,4 @@
-"""Every attempt has a wall-clock deadline, whatever the worker class (jobs/call_deadline.py).
+"""Every attempt has a wall-clock deadline, whatever the worker class (providers/call_deadline.py).
 
 A read timeout bounds the time between two bytes, not the call: the fake provider's ``trickle``
 fault sends its answer one byte a second, so a 3 s read timeout never fires. On the real stack
@@ -27,15 +27,17 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from jobs import provider
-from jobs.call_deadline import CallDeadline
 from jobs.models import LlmJob
 from jobs.runner import _Heartbeat
-from jobs.timeouts import call_deadline_for, job_timeout_for
+from jobs.timeouts import job_timeout_for
 from ledger.models import Budget, BudgetReservation, CostEntry
 from ledger.services import job_upper_bound_cost
 from llmops.queues import LLM_QUEUE, concurrency_key_slots_key, job_lock_key
 from llmops.threaded_worker import SHUTDOWN_MARGIN_SECONDS
+from providers.base import ProviderOutcome, ProviderRequest
+from providers.call_deadline import CallDeadline
+from providers.limits import call_deadline_for
+from providers.registry import get_provider
 from tests.conftest import FakeProvider, submit
 from tests.jobs.test_takeover import Processes, requests_seen, wait_for, worker_env
 
@@ -96,8 +98,13 @@ def test_a_trickling_answer_never_trips_the_read_timeout_but_ends_at_the_deadlin
 ):
     fake_provider.faults({"trickle": 1.0})
     started = time.monotonic()
-    outcome = provider.call_messages(
-        body=BODY, job_id="trickle-1", read_timeout=3.0, deadline=CallDeadline(DEADLINE_SECONDS)
+    outcome = get_provider().call(
+        ProviderRequest(
+            body=BODY,
+            idempotency_key="trickle-1",
+            read_timeout=3.0,
+            deadline=CallDeadline(DEADLINE_SECONDS),
+        )
     )
     elapsed = time.monotonic() - started
     print(f"trickling call ended after {elapsed:.2f} s (deadline {DEADLINE_SECONDS} s)")
@@ -113,10 +120,12 @@ def test_a_cut_from_another_thread_ends_a_blocked_read_at_once(fake_provider, sh
     """The backstop the heartbeat uses: shutting the call's sockets down from another thread."""
     fake_provider.faults({"trickle": 1.0})
     deadline = CallDeadline(60.0)
-    outcomes: list[provider.ProviderOutcome] = []
+    outcomes: list[ProviderOutcome] = []
     call = threading.Thread(
         target=lambda: outcomes.append(
-            provider.call_messages(body=BODY, job_id="trickle-2", deadline=deadline)
+            get_provider().call(
+                ProviderRequest(body=BODY, idempotency_key="trickle-2", deadline=deadline)
+            )
         )
     )
     call.start()

@@ -1,7 +1,7 @@
 """A worker's main process builds, once, what every provider call would otherwise build first
-(jobs/provider.warm_up), so that a forked work horse inherits it instead of paying for it on
-every job. Each check runs in a fresh interpreter: in the test process earlier tests have long
-since warmed everything, and a check there could not fail."""
+(the provider's ``warm_up``, providers/anthropic_sdk.py), so that a forked work horse inherits
+it instead of paying for it on every job. Each check runs in a fresh interpreter: in the test
+process earlier tests have long since warmed everything, and a check there could not fail."""
 
 import os
 import subprocess
@@ -23,12 +23,12 @@ django.setup()
 
 # One real call to the fake provider, as a worker makes it.
 CALL = """
-outcome = call_messages(
+outcome = get_provider().call(ProviderRequest(
     body={"model": "claude-haiku-4-5", "max_tokens": 16,
           "messages": [{"role": "user", "content": "hi"}]},
-    job_id="warm-up-test",
+    idempotency_key="warm-up-test",
     read_timeout=10,
-)
+))
 assert outcome.kind == "success", outcome
 """
 
@@ -52,9 +52,10 @@ def test_a_call_after_warm_up_builds_no_parser_and_loads_no_module(fake_provider
     out = run_fresh(
         """
         import anthropic._models as models
-        from jobs.provider import call_messages, warm_up
+        from providers.base import ProviderRequest
+        from providers.registry import get_provider
 
-        warm_up()
+        get_provider().warm_up()
         adapters = models._CachedTypeAdapter.cache_info().misses
         modules = set(sys.modules)
         {call}
@@ -72,7 +73,9 @@ def test_without_warm_up_the_same_call_builds_them(fake_provider: Any) -> None:
     out = run_fresh(
         """
         import anthropic._models as models
-        from jobs.provider import call_messages, get_client
+        from providers.anthropic_sdk import get_client
+        from providers.base import ProviderRequest
+        from providers.registry import get_provider
         from django.conf import settings
 
         get_client(settings.ANTHROPIC_BASE_URL, settings.LLM_PROVIDER_READ_TIMEOUT,

@@ -9,8 +9,9 @@ from django.test.utils import CaptureQueriesContext
 from jobs import transitions
 from jobs.models import LlmJob
 from jobs.services import job_cancel
-from jobs.timeouts import job_timeout_for, max_nonstreaming_tokens, read_timeout_for
+from jobs.timeouts import job_timeout_for
 from jobs.transitions import Transition, on_transition
+from providers.limits import max_nonstreaming_tokens, read_timeout_for
 from tests.conftest import submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]

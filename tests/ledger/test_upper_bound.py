@@ -6,7 +6,6 @@ from decimal import Decimal
 
 import pytest
 
-from jobs import provider
 from ledger.models import ModelPrice
 from ledger.pricing import (
     BLOCK_FRAMING_TOKENS,
@@ -17,6 +16,8 @@ from ledger.pricing import (
     upper_bound_cost,
 )
 from ledger.selectors import price_for_model
+from providers.base import ProviderRequest
+from providers.registry import get_provider
 
 pytestmark = pytest.mark.django_db
 
@@ -101,7 +102,7 @@ def test_the_estimate_is_at_least_what_the_fake_provider_bills(fake_provider, te
     messages = [{"role": "user", "content": text}]
     system = f"Answer in the language of: {text}"
     body = {"model": "claude-sonnet-4-6", "max_tokens": 64, "messages": messages, "system": system}
-    outcome = provider.call_messages(body=body, job_id="bound-check")
+    outcome = get_provider().call(ProviderRequest(body=body, idempotency_key="bound-check"))
     assert outcome.kind == "success", outcome.message
     billed_input = sum(
         outcome.usage[k]
@@ -233,7 +234,9 @@ def test_the_bound_covers_what_the_fake_provider_bills_for_random_requests(fake_
             price, messages=messages, system=system, max_tokens=body["max_tokens"]
         )
         for repeat in range(2):  # the second call reads what the first wrote to the cache
-            outcome = provider.call_messages(body=body, job_id=f"random-{i}-{repeat}")
+            outcome = get_provider().call(
+                ProviderRequest(body=body, idempotency_key=f"random-{i}-{repeat}")
+            )
             assert outcome.kind == "success", outcome.message
             assert attempt_cost(price, outcome.usage) <= bound
 

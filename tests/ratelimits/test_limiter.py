@@ -13,7 +13,7 @@ import django_rq
 import pytest
 
 from llmops.queues import LLM_QUEUE, rate_limit_key
-from ratelimits.headers import DEFAULT_PAUSE_SECONDS, learned_from_headers, pause_after_429
+from providers.ratelimit_headers import DEFAULT_PAUSE_SECONDS, learned_from_headers, pause_after_429
 from ratelimits.selectors import rate_limit_statuses
 from tests.ratelimits.conftest import MODEL, PROVIDER, reserve, settle
 

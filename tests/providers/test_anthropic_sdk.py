@@ -1,4 +1,4 @@
-"""The provider client as the provider sees it: headers, no SDK retries, what it reports."""
+"""The Anthropic provider as the provider sees it: headers, no SDK retries, what it reports."""
 
 import json
 import threading
@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from jobs import provider
+from providers.base import ProviderOutcome, ProviderRequest
+from providers.registry import get_provider
 
 MESSAGE = {
     "id": "msg_1",
@@ -73,8 +74,12 @@ BODY = {
 }
 
 
+def call(job_id: str) -> ProviderOutcome:
+    return get_provider().call(ProviderRequest(body=BODY, idempotency_key=job_id))
+
+
 def test_it_sends_the_job_id_as_idempotency_key_and_the_body_as_given(recorder):
-    outcome = provider.call_messages(body=BODY, job_id="job-123")
+    outcome = call("job-123")
     (request,) = recorder.requests
     headers = {k.lower(): v for k, v in request["headers"].items()}
     assert headers["idempotency-key"] == "job-123"
@@ -96,7 +101,7 @@ def test_the_sdk_never_retries_on_its_own(recorder):
     recorder.status = 503
     recorder.body = {"type": "error", "error": {"type": "api_error", "message": "down"}}
     recorder.headers = {"request-id": "req_x", "x-should-retry": "true", "retry-after": "3"}
-    outcome = provider.call_messages(body=BODY, job_id="job-1")
+    outcome = call("job-1")
     assert len(recorder.requests) == 1
     assert outcome.kind == "error_response" and outcome.http_status == 503
     assert outcome.error_type == "api_error" and outcome.retry_after == 3.0
@@ -111,7 +116,7 @@ def test_it_reads_retry_after_and_rate_limit_headers(recorder):
         "anthropic-ratelimit-requests-limit": "50",
         "anthropic-ratelimit-requests-remaining": "0",
     }
-    outcome = provider.call_messages(body=BODY, job_id="job-2")
+    outcome = call("job-2")
     assert outcome.retry_after == 17.0
     assert outcome.rate_limit_headers["anthropic-ratelimit-requests-limit"] == "50"
     assert "sk-ant" not in outcome.message
@@ -119,7 +124,7 @@ def test_it_reads_retry_after_and_rate_limit_headers(recorder):
 
 def test_a_refused_connection_is_known_not_to_have_been_sent(settings):
     settings.ANTHROPIC_BASE_URL = "http://127.0.0.1:9"
-    outcome = provider.call_messages(body=BODY, job_id="job-3")
+    outcome = call("job-3")
     assert outcome.kind == "connection_error" and not outcome.reached_provider
 
 
@@ -135,7 +140,7 @@ def test_a_connect_timeout_is_known_not_to_have_been_sent(settings):
     try:
         settings.ANTHROPIC_BASE_URL = f"http://127.0.0.1:{port}"
         settings.LLM_PROVIDER_CONNECT_TIMEOUT = 0.3
-        outcome = provider.call_messages(body=BODY, job_id="job-4")
+        outcome = call("job-4")
     finally:
         filler.close()
         listener.close()

@@ -1,23 +1,24 @@
-"""The provider client: one Messages API call through the official anthropic SDK.
+"""The Anthropic provider: one Messages API call through the official anthropic SDK.
 
 The SDK never retries (``max_retries=0``): retries are ours (jobs/retry_policy.py). The call
 reports what it observed as a ``ProviderOutcome``; it never raises for provider trouble.
 """
 
-import email.utils
 import functools
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
 import httpx2
 from django.conf import settings
 
-from jobs.call_deadline import CallDeadline, install
+from providers import limits
+from providers.base import ProviderOutcome, ProviderRequest, UnreadableResponse
+from providers.call_deadline import CallDeadline, install
+from providers.ratelimit_headers import rate_limit_headers, retry_after_seconds
 
-__all__ = ["ProviderOutcome", "UnreadableResponse", "call_messages", "get_client", "warm_up"]
+__all__ = ["AnthropicProvider", "get_client", "warm_up"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,33 +26,30 @@ logger = logging.getLogger(__name__)
 FAKE_PROVIDER_KEY = "fake-local-key"
 
 
-class UnreadableResponse(Exception):
-    """A 2xx whose body is not a Messages API answer: the call may have been billed."""
+class AnthropicProvider:
+    """The Messages API (``ANTHROPIC_BASE_URL``: the real one, or the fake provider)."""
 
+    name = "anthropic"
 
-@dataclass
-class ProviderOutcome:
-    kind: str
-    """success | error_response | read_timeout | connection_dropped | connection_error"""
-    latency_ms: int
-    http_status: int | None = None
-    request_id: str = ""
-    error_type: str = ""
-    error_code: str = ""
-    message: str = ""
-    retry_after: float | None = None
-    rate_limit_headers: dict[str, str] = field(default_factory=dict)
-    text: str = ""
-    stop_reason: str = ""
-    usage: dict[str, int] = field(default_factory=dict)
+    def call(self, request: ProviderRequest) -> ProviderOutcome:
+        """One Messages API call; with a ``deadline``, it ends by then whatever the provider
+        sends (providers/call_deadline.py)."""
+        if request.deadline is None:
+            return _call(request)
+        with request.deadline:
+            return _call(request)
 
-    @property
-    def reached_provider(self) -> bool:
-        return self.kind != "connection_error"
+    def warm_up(self) -> None:
+        warm_up()
 
-    @property
-    def outcome_unknown(self) -> bool:
-        return self.kind in ("read_timeout", "connection_dropped")
+    def max_tokens_limit(self) -> int:
+        return limits.max_nonstreaming_tokens()
+
+    def read_timeout_for(self, max_tokens: int) -> float:
+        return limits.read_timeout_for(max_tokens)
+
+    def call_deadline_for(self, max_tokens: int) -> float:
+        return limits.call_deadline_for(max_tokens)
 
 
 @functools.lru_cache(maxsize=8)
@@ -62,7 +60,7 @@ def get_client(base_url: str, read_timeout: float, connect_timeout: float) -> an
         max_retries=0,
         timeout=anthropic.Timeout(read_timeout, connect=connect_timeout),
     )
-    # Every call's sockets wait at most until its deadline (jobs/call_deadline.py).
+    # Every call's sockets wait at most until its deadline (providers/call_deadline.py).
     install(client._client)
     return client
 
@@ -121,31 +119,6 @@ def warm_up() -> None:
         logger.warning("warm-up: the SDK's trace propagator could not be loaded", exc_info=True)
 
 
-def _parse_retry_after(headers: Any) -> float | None:
-    if value := headers.get("retry-after-ms"):
-        try:
-            return float(value) / 1000
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value)
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
-
-
-def _rate_limit_headers(headers: Any) -> dict[str, str]:
-    # Date too: a reset is read against the provider's clock, not ours (ratelimits/headers.py).
-    return {
-        k: v
-        for k, v in headers.items()
-        if k.lower().startswith("anthropic-ratelimit-") or k.lower() == "date"
-    }
-
-
 def _usage(usage: Any) -> dict[str, int]:
     cache_creation = getattr(usage, "cache_creation", None)
     total_creation = usage.cache_creation_input_tokens or 0
@@ -190,42 +163,23 @@ def _transport_failure(
     )
 
 
-def call_messages(
-    *,
-    body: dict[str, Any],
-    job_id: str,
-    read_timeout: float | None = None,
-    deadline: CallDeadline | None = None,
-) -> ProviderOutcome:
-    """One Messages API call; with a ``deadline``, it ends by then whatever the provider sends
-    (jobs/call_deadline.py)."""
-    if deadline is None:
-        return _call(body=body, job_id=job_id, read_timeout=read_timeout, deadline=None)
-    with deadline:
-        return _call(body=body, job_id=job_id, read_timeout=read_timeout, deadline=deadline)
-
-
-def _call(
-    *,
-    body: dict[str, Any],
-    job_id: str,
-    read_timeout: float | None,
-    deadline: CallDeadline | None,
-) -> ProviderOutcome:
+def _call(request: ProviderRequest) -> ProviderOutcome:
     client = get_client(
         settings.ANTHROPIC_BASE_URL,
         settings.LLM_PROVIDER_READ_TIMEOUT,
         settings.LLM_PROVIDER_CONNECT_TIMEOUT,
     )
-    # Each call's read timeout is scaled from its max_tokens (jobs/timeouts.py); one client.
+    # Each call's read timeout is scaled from its max_tokens (providers/limits.py); one client.
     timeout = anthropic.Timeout(
-        read_timeout or settings.LLM_PROVIDER_READ_TIMEOUT,
+        request.read_timeout or settings.LLM_PROVIDER_READ_TIMEOUT,
         connect=settings.LLM_PROVIDER_CONNECT_TIMEOUT,
     )
     started = time.monotonic()
     try:
         raw = client.messages.with_raw_response.create(
-            **body, extra_headers={"Idempotency-Key": job_id}, timeout=timeout
+            **request.body,
+            extra_headers={"Idempotency-Key": request.idempotency_key},
+            timeout=timeout,
         )
         message = raw.parse()
     except anthropic.APIStatusError as exc:
@@ -237,11 +191,11 @@ def _call(
             error_type=exc.type or "",
             error_code=exc.error_code or "",
             message=exc.api_message or str(exc),
-            retry_after=_parse_retry_after(exc.response.headers),
-            rate_limit_headers=_rate_limit_headers(exc.response.headers),
+            retry_after=retry_after_seconds(exc.response.headers),
+            rate_limit_headers=rate_limit_headers(exc.response.headers),
         )
     except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
-        return _transport_failure(exc, started, deadline)
+        return _transport_failure(exc, started, request.deadline)
     if not isinstance(message, anthropic.types.Message):
         # The SDK hands back the raw text of a body that is not JSON (a proxy's HTML page): say
         # so plainly; the runner books the attempt as an unexpected error and retries it.
@@ -259,5 +213,5 @@ def _call(
         text=text,
         stop_reason=message.stop_reason or "",
         usage=_usage(message.usage),
-        rate_limit_headers=_rate_limit_headers(raw.headers),
+        rate_limit_headers=rate_limit_headers(raw.headers),
     )

@@ -11,8 +11,9 @@ enforced where the call waits, on its sockets, whatever runs the job (a forking 
 - ``CallDeadline.cut`` shuts the call's sockets down from another thread (the attempt's
   heartbeat does at the deadline): a read blocked anywhere below returns at once.
 
-The connection is then closed by the HTTP client, and the caller books the attempt as an
-unknown outcome (jobs/provider.py).
+The connection is then closed by the HTTP client, and the provider reports the attempt as an
+unknown outcome (providers/anthropic_sdk.py); the job's runner creates the deadline and its
+heartbeat cuts (jobs/runner.py).
 """
 
 import socket

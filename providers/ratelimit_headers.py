@@ -1,4 +1,5 @@
-"""What a provider answer tells the limiter: its limits, and how long to pause after a 429.
+"""What a provider answer's headers tell: its limits, when to come back, and how long the
+limiter pauses after a 429.
 
 The Messages API sends on every answer, success or error, for each limit that applies:
 ``anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-{limit,remaining,reset}``
@@ -13,6 +14,7 @@ import time
 from collections.abc import Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 __all__ = [
     "DEFAULT_PAUSE_SECONDS",
@@ -20,6 +22,8 @@ __all__ = [
     "MAX_PAUSE_SECONDS",
     "learned_from_headers",
     "pause_after_429",
+    "rate_limit_headers",
+    "retry_after_seconds",
 ]
 
 KINDS = ("requests", "input_tokens", "output_tokens", "tokens")
@@ -33,6 +37,35 @@ provider's limits refill continuously, so a few seconds frees room for some call
 MAX_PAUSE_SECONDS = 900.0
 """No single 429 pauses every worker longer than 15 minutes, whatever a header says: a stuck or
 wrong header must not stop dispatch for hours (the retry policy still honours it per job)."""
+
+
+def retry_after_seconds(headers: Any) -> float | None:
+    """The answer's ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), in
+    seconds; None without one."""
+    if value := headers.get("retry-after-ms"):
+        try:
+            return float(value) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = parsedate_to_datetime(value)
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def rate_limit_headers(headers: Any) -> dict[str, str]:
+    """The answer's headers the limiter reads (``learned_from_headers``, ``pause_after_429``):
+    every ``anthropic-ratelimit-*``, and ``Date``, since a reset is read against the provider's
+    clock, not ours."""
+    return {
+        k: v
+        for k, v in headers.items()
+        if k.lower().startswith("anthropic-ratelimit-") or k.lower() == "date"
+    }
 
 
 def _int(value: str | None) -> int | None:

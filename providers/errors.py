@@ -1,0 +1,82 @@
+"""What a failed call's answer says went wrong: its reason code, read from the outcome.
+
+Read from the HTTP status and the error body (``error.type``, ``error.details.error_code``, the
+message), never from the SDK's exception class, whose names moved between releases. What each
+reason means for the job (retry or dead-letter, severity) is the retry table's
+(jobs/retry_policy.py).
+"""
+
+import re
+
+__all__ = ["REASONS", "failure_reason"]
+
+REASONS = (
+    "connection_error",
+    "read_timeout",
+    "connection_dropped",
+    "rate_limited",
+    "spend_cap",
+    "overloaded",
+    "server_error",
+    "conflict",
+    "authentication_failed",
+    "payment_required",
+    "permission_denied",
+    "request_too_large",
+    "credit_balance",
+    "usage_limit",
+    "context_too_long",
+    "not_found",
+    "invalid_request",
+)
+"""Every reason code ``failure_reason`` returns."""
+
+# The outcome kinds that name their own reason: the request failed on the way, not in an answer.
+_TRANSPORT_KINDS = frozenset({"connection_error", "read_timeout", "connection_dropped"})
+
+_CONTEXT_TOO_LONG = re.compile(
+    r"prompt is too long|context (window|length|limit)|too many (input )?tokens", re.I
+)
+_USAGE_LIMIT = re.compile(r"reached your specified API usage limits", re.I)
+_CREDIT_BALANCE = re.compile(r"credit balance is too low", re.I)
+
+
+def failure_reason(
+    *,
+    kind: str,
+    http_status: int | None = None,
+    error_type: str = "",
+    error_code: str = "",
+    message: str = "",
+) -> str:
+    """The reason code of a failed call (``ProviderOutcome`` fields), one of ``REASONS``."""
+    if kind in _TRANSPORT_KINDS:
+        return kind
+    status = http_status or 0
+    if status == 429:
+        if error_code == "enforced_spend_limit_reached":
+            return "spend_cap"
+        return "rate_limited"
+    if status == 529 or error_type == "overloaded_error":
+        return "overloaded"
+    if status >= 500 or status == 408:
+        return "server_error"
+    if status == 409:
+        return "conflict"
+    if status == 401:
+        return "authentication_failed"
+    if status == 402:
+        return "payment_required"
+    if status == 403:
+        return "permission_denied"
+    if status == 413 or error_type == "request_too_large":
+        return "request_too_large"
+    if status == 400 and _CREDIT_BALANCE.search(message):
+        return "credit_balance"
+    if status == 400 and _USAGE_LIMIT.search(message):
+        return "usage_limit"
+    if status == 400 and _CONTEXT_TOO_LONG.search(message):
+        return "context_too_long"
+    if status == 404:
+        return "not_found"
+    return "invalid_request"

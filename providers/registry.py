@@ -1,0 +1,19 @@
+"""Which provider serves a model. Today every model is Anthropic's."""
+
+import functools
+
+from providers.anthropic_sdk import AnthropicProvider
+from providers.base import Provider
+
+__all__ = ["get_provider", "provider_for"]
+
+
+@functools.cache
+def get_provider() -> Provider:
+    """The default provider: the one a call goes to when its model names no other."""
+    return AnthropicProvider()
+
+
+def provider_for(model: str) -> Provider:
+    """The provider that serves ``model``."""
+    return get_provider()
