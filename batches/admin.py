@@ -37,7 +37,7 @@ def items_url(batch: Batch, **filters: str) -> str:
 
 
 def failures_url(batch: Batch) -> str:
-    return f"{reverse('admin:alerts_failurerecord_changelist')}?batch={batch.id}"
+    return f"{reverse('admin:dlq_failurerecord_changelist')}?batch={batch.id}"
 
 
 @admin.register(Batch)

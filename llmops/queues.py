@@ -43,7 +43,7 @@ RUN_LLM_JOB_TASK = "jobs.tasks.run_llm_job"
 ALERT_FOR_FAILURE_TASK = "alerts.tasks.alert_for_failure"
 DELIVER_ALERT_TASK = "alerts.tasks.deliver_alert"
 FINGERPRINT_CHECK_TASK = "alerts.tasks.failure_fingerprint_check"
-REQUEUE_MATCHING_TASK = "alerts.tasks.requeue_matching"
+REQUEUE_MATCHING_TASK = "dlq.tasks.requeue_matching"
 BATCH_CANCEL_TASK = "batches.tasks.cancel_batch_jobs"
 
 KEY_PREFIX = "llmops:"

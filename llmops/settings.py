@@ -203,6 +203,7 @@ INSTALLED_APPS = [
     "jobs",
     "ledger",
     "alerts",
+    "dlq",
     "fake_provider",
     "ops",
     "ratelimits",

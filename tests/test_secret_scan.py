@@ -33,7 +33,8 @@ from django_rq.settings import get_queues_list
 from rest_framework.authtoken.models import Token
 from rq import Worker
 
-from alerts.models import AlertDelivery, AlertRoute, FailureRecord
+from alerts.models import AlertDelivery, AlertRoute
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from llmops.logs import JsonFormatter
 from llmops.queues import ALERTS_QUEUE, LLM_QUEUE

@@ -13,7 +13,7 @@ from decimal import Decimal
 
 from django.db.models import Count, Q, Sum
 
-from alerts.models import FailureRecord
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.budgets import window_bounds
 from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry

@@ -18,7 +18,7 @@ from decimal import Decimal
 
 from django.db.models import Count
 
-from alerts.models import FailureRecord
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
 from ops.chaos import events

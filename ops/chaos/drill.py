@@ -28,7 +28,8 @@ from django.db.models import Count
 from django.utils import timezone
 
 from alerts.dispatch import LOST_DELIVERY_GRACE_SECONDS, UNALERTED_FAILURE_GRACE_SECONDS
-from alerts.models import AlertDelivery, AlertFingerprint, FailureRecord
+from alerts.models import AlertDelivery, AlertFingerprint
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from jobs.services import job_submit
 from ledger.services import job_upper_bound_cost

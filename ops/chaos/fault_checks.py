@@ -21,7 +21,8 @@ dead letters are left out of "storms paged nobody" (budget_checks.py checks the 
 
 from collections import Counter
 
-from alerts.models import FailureRecord, Severity
+from alerts.models import Severity
+from dlq.models import FailureRecord
 from alerts.notifications import failure_record_fingerprint
 from jobs.models import LlmJob
 from jobs.retry_policy import DEFAULT_SCHEDULES

@@ -7,7 +7,7 @@ Each fails when its fault did not happen, and its figures then begin with NOT_HA
 
 from collections import Counter
 
-from alerts.models import FailureRecord
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
 from ops.chaos.checks import Check

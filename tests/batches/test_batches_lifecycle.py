@@ -13,8 +13,9 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from rest_framework.authtoken.models import Token
 
-from alerts.models import Alert, AlertDelivery, FailureRecord
-from alerts.services import failure_requeue
+from alerts.models import Alert, AlertDelivery
+from dlq.models import FailureRecord
+from dlq.services import failure_requeue
 from batches.models import Batch
 from batches.services import batch_cancels_resume
 from jobs.models import LlmJob

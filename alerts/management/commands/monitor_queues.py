@@ -2,8 +2,8 @@ from alerts.dispatch import alert_deliveries_resume, alert_failures_resume
 from alerts.notifications import alert_failure_incidents_check
 from alerts.queue_health import queue_health_check
 from alerts.retry_health import retry_overdue_check
-from alerts.services import bulk_requeues_resume
 from batches.services import batch_cancels_resume
+from dlq.services import bulk_requeues_resume
 from llmops.loops import LoopCommand
 
 

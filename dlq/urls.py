@@ -1,6 +1,6 @@
 from django.urls import path
 
-from alerts.apis import FailureListApi, FailureRequeueApi, FailureResolveApi
+from dlq.apis import FailureListApi, FailureRequeueApi, FailureResolveApi
 
 app_name = "alerts"
 
