@@ -2,6 +2,7 @@ from django.urls import path
 
 from dlq.apis import FailureListApi, FailureRequeueApi, FailureResolveApi
 
+# The namespace it had under alerts/: the URL names do not change.
 app_name = "alerts"
 
 urlpatterns = [

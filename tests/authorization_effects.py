@@ -14,10 +14,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from alerts.models import Alert, AlertRoute, LoopHeartbeat
-from dlq.models import BulkRequeue, FailureRecord
-from dlq.services import failure_record_create
 from batches.models import Batch, BatchItem
 from batches.services import batch_submit
+from dlq.models import BulkRequeue, FailureRecord
+from dlq.services import failure_record_create
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.services import job_submit
 from ledger.models import Budget, CostEntry, ModelPrice

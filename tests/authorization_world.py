@@ -38,9 +38,9 @@ from alerts.models import (
     AlertRoute,
     LoopHeartbeat,
 )
+from batches.services import batch_submit
 from dlq.models import BulkRequeue
 from dlq.services import failure_record_create
-from batches.services import batch_submit
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.services import job_submit
 from ledger.models import Budget, CostEntry, ModelPrice

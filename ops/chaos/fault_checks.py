@@ -22,8 +22,8 @@ dead letters are left out of "storms paged nobody" (budget_checks.py checks the 
 from collections import Counter
 
 from alerts.models import Severity
-from dlq.models import FailureRecord
 from alerts.notifications import failure_record_fingerprint
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from jobs.retry_policy import DEFAULT_SCHEDULES
 from ledger.models import CostEntry

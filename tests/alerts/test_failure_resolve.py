@@ -11,8 +11,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from alerts.models import Alert, AlertFingerprint
-from dlq.models import FailureRecord
 from alerts.notifications import alert_resolve_failure_if_handled
+from dlq.models import FailureRecord
 from dlq.services import (
     bulk_requeue_run,
     bulk_requeue_start,

@@ -4,8 +4,8 @@ console, the callback shown redacted, and the cancel action with its permission.
 import pytest
 from django.test import Client
 
-from dlq.services import failure_record_create
 from batches.models import Batch
+from dlq.services import failure_record_create
 from jobs.models import LlmJob
 from tests.batches.helpers import item, submit_batch
 from tests.conftest import make_user

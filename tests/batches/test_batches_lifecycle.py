@@ -14,10 +14,10 @@ from channels.testing import WebsocketCommunicator
 from rest_framework.authtoken.models import Token
 
 from alerts.models import Alert, AlertDelivery
-from dlq.models import FailureRecord
-from dlq.services import failure_requeue
 from batches.models import Batch
 from batches.services import batch_cancels_resume
+from dlq.models import FailureRecord
+from dlq.services import failure_requeue
 from jobs.models import LlmJob
 from jobs.services import job_cancel
 from llmops.asgi import application
