@@ -87,7 +87,7 @@ def _permission_denied(action: str) -> ApplicationError:
 
 
 def _require(request: Request, perm: str, action: str) -> None:
-    if not request.user.has_perm(f"alerts.{perm}"):
+    if not request.user.has_perm(f"dlq.{perm}"):
         raise _permission_denied(action)
 
 
