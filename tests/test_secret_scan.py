@@ -34,6 +34,7 @@ from rest_framework.authtoken.models import Token
 from rq import Worker
 
 from alerts.models import AlertDelivery, AlertRoute
+from batches.models import BatchCallbackDelivery
 from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from llmops.logs import JsonFormatter
@@ -95,7 +96,10 @@ def _job_final(job_id: str) -> bool:
 
 
 def _deliveries_final() -> bool:
-    return not AlertDelivery.objects.filter(state=AlertDelivery.State.PENDING).exists()
+    return not (
+        AlertDelivery.objects.filter(state=AlertDelivery.State.PENDING).exists()
+        or BatchCallbackDelivery.objects.filter(state=BatchCallbackDelivery.State.PENDING).exists()
+    )
 
 
 def test_no_secret_is_written_anywhere(tmp_path: Any) -> None:
