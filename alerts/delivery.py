@@ -18,7 +18,7 @@ from alerts import targets
 from alerts.targets import scrub
 from llmops.queues import KEY_PREFIX
 
-__all__ = ["SENDERS", "AlertMessage", "DeliveryError", "send"]
+__all__ = ["SENDERS", "AlertMessage", "DeliveryError", "post_callback", "send"]
 
 # A 4xx other than these means the request or the destination is wrong (revoked Slack hook,
 # bad routing key): sending the same thing again cannot succeed.
@@ -167,14 +167,14 @@ def send_email(*, target: str, message: AlertMessage) -> None:
         raise DeliveryError(f"{type(exc).__name__}: {exc}") from None
 
 
-def send_callback(*, target: str, message: AlertMessage) -> None:
-    """An API consumer's callback (a batch's ``callback_url``): the alert's details are the body.
-    Its host is looked up now, so a name that moved onto a private network is refused too."""
+def post_callback(*, url: str, payload: dict[str, Any]) -> None:
+    """An API consumer's callback (a batch's ``callback_url``, batches/callbacks.py). Its host
+    is looked up now, so a name that moved onto a private network is refused too."""
     if not settings.CALLBACK_ALLOW_PRIVATE_HOSTS:
-        problem = targets.callback_address_problem(target, resolve=True)
+        problem = targets.callback_address_problem(url, resolve=True)
         if problem:
             raise DeliveryError(problem, retryable=False)
-    _post_json(url=target, payload=message.details, user_agent="llmops-callbacks")
+    _post_json(url=url, payload=payload, user_agent="llmops-callbacks")
 
 
 SENDERS: dict[str, Callable[..., None]] = {
@@ -182,7 +182,6 @@ SENDERS: dict[str, Callable[..., None]] = {
     targets.PAGERDUTY: send_pagerduty,
     targets.WEBHOOK: send_webhook,
     targets.EMAIL: send_email,
-    targets.CALLBACK: send_callback,
 }
 
 

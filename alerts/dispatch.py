@@ -21,8 +21,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from alerts.delivery import AlertMessage, DeliveryError, send
-from alerts.models import Alert, AlertDelivery, FailureRecord
+from alerts.models import Alert, AlertDelivery
 from alerts.targets import redact_target, scrub
+from dlq.models import FailureRecord
 from llmops.queues import (
     ALERT_FOR_FAILURE_TASK,
     ALERTS_QUEUE,

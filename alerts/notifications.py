@@ -1,6 +1,7 @@
 """Alert services: what to send and when. Raise (deduplicated), resolve, and make up for lost jobs.
 
-Flow: ``failure_record_create`` enqueues ``alerts.tasks.alert_for_failure`` after commit ->
+Flow: ``failure_record_create`` (dlq/) calls ``failure_recorded_hook``, which enqueues
+``alerts.tasks.alert_for_failure`` after commit ->
 ``alert_raise_for_failure`` folds or records an ``Alert`` with one ``AlertDelivery`` per
 destination, which ``alerts/dispatch.py`` delivers. When a DLQ service takes a record out of
 ``open``, ``failure_handled_hook`` enqueues ``alerts.tasks.failure_fingerprint_check`` after
@@ -25,8 +26,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from alerts.destinations import Destination, destinations_for
-from alerts.dispatch import deliveries_enqueue, failure_check_enqueue
-from alerts.models import Alert, AlertDelivery, AlertFingerprint, FailureRecord
+from alerts.dispatch import deliveries_enqueue, failure_alert_enqueue, failure_check_enqueue
+from alerts.models import Alert, AlertDelivery, AlertFingerprint
+from dlq.models import FailureRecord
 
 __all__ = [
     "alert_create",
@@ -38,6 +40,7 @@ __all__ = [
     "failure_fingerprint",
     "failure_handled_hook",
     "failure_record_fingerprint",
+    "failure_recorded_hook",
     "fingerprint_ensure",
     "fingerprint_lock",
     "trigger_destinations",
@@ -296,8 +299,19 @@ def alert_raise_for_failure(*, failure: FailureRecord) -> Alert | None:
     return alert
 
 
-def failure_handled_hook(*, failure: FailureRecord) -> None:
-    """Called by the DLQ services in the transaction that takes a record out of ``open``.
+def failure_recorded_hook(failure: FailureRecord) -> None:
+    """Subscribed to the DLQ (alerts/apps.py): called in the transaction that writes a job's
+    record. The alert is raised on the alerts queue after commit: never inside the LLM job,
+    never for a rolled-back record. robust: a Redis error must not fail a job already committed
+    failed; the monitor's ``alert_failures_resume`` finds the record unalerted and enqueues it
+    again."""
+    failure_id = failure.id
+    transaction.on_commit(lambda: failure_alert_enqueue(failure_id=failure_id), robust=True)
+
+
+def failure_handled_hook(failure: FailureRecord) -> None:
+    """Subscribed to the DLQ (alerts/apps.py): called in the transaction that takes a record out
+    of ``open``.
 
     After commit, the alerts worker checks whether that was the fingerprint's last open record:
     never from the web request, never for a rolled-back change. robust: the staff action is

@@ -1,15 +1,13 @@
 """RQ entry points of the alerts app: load by id, call a service. No rule lives here.
 
-All run on the ``alerts`` queue except ``requeue_matching``, a staff bulk action on the default
-queue.
+All run on the ``alerts`` queue.
 """
 
 import logging
 
 from alerts.dispatch import alert_delivery_attempt
-from alerts.models import FailureRecord
 from alerts.notifications import alert_raise_for_failure, alert_resolve_failure_if_handled
-from alerts.services import bulk_requeue_run
+from dlq.models import FailureRecord
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +28,3 @@ def failure_fingerprint_check(fingerprint: str) -> str:
 
 def deliver_alert(delivery_id: int, attempt: int = 1) -> str:
     return alert_delivery_attempt(delivery_id=delivery_id, attempt=attempt)
-
-
-def requeue_matching(bulk_id: int) -> str:
-    return bulk_requeue_run(bulk_id=bulk_id)

@@ -37,7 +37,7 @@ def items_url(batch: Batch, **filters: str) -> str:
 
 
 def failures_url(batch: Batch) -> str:
-    return f"{reverse('admin:alerts_failurerecord_changelist')}?batch={batch.id}"
+    return f"{reverse('admin:dlq_failurerecord_changelist')}?batch={batch.id}"
 
 
 @admin.register(Batch)
@@ -87,7 +87,7 @@ class BatchAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Batch]:
         # The URL is a secret: no page of the admin shows it (see ``callback``).
-        return super().get_queryset(request).select_related("callback_alert")
+        return super().get_queryset(request).select_related("callback_delivery")
 
     @admin.display(description="batch", ordering="name")
     def name_or_id(self, batch: Batch) -> str:
@@ -113,14 +113,16 @@ class BatchAdmin(ReadOnlyAdmin):
     def callback(self, batch: Batch) -> str:
         if not batch.callback_url:
             return "-"
-        if batch.callback_alert is None:
+        delivery = getattr(batch, "callback_delivery", None)
+        if delivery is None:
             return format_html("{} (sent when the batch finishes)", batch.callback_redacted)
-        url = reverse("admin:alerts_alert_change", args=[batch.callback_alert.id])
+        # The error is stored scrubbed: it names the host, never the path or query.
         return format_html(
-            '{} · <a href="{}">delivery: {}</a>',
+            "{} · delivery: {} after {} attempt(s){}",
             batch.callback_redacted,
-            url,
-            batch.callback_alert.state,
+            delivery.state,
+            delivery.attempts,
+            f" ({delivery.last_error})" if delivery.last_error else "",
         )
 
     @admin.action(description="Cancel the selected batches", permissions=["cancel"])

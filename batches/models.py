@@ -68,14 +68,6 @@ class Batch(models.Model):
         null=True, blank=True, help_text="When the background cancel of its waiting jobs ended."
     )
     finished_at = models.DateTimeField(null=True, blank=True)
-    callback_alert = models.ForeignKey(
-        "alerts.Alert",
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-        help_text="The callback's delivery record (alerts app): attempts, errors.",
-    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -136,3 +128,35 @@ class BatchItem(models.Model):
 
     def __str__(self) -> str:
         return f"item {self.index} of batch {self.batch_id}"
+
+
+class BatchCallbackDelivery(models.Model):
+    """A finished batch's callback (batches/callbacks.py): its body, each attempt and the
+    outcome. The URL, a secret, stays on the batch."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed"
+
+    batch = models.OneToOneField(Batch, on_delete=models.CASCADE, related_name="callback_delivery")
+    payload = models.JSONField(help_text="The body POSTed: the batch as the API showed it.")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    history = models.JSONField(
+        default=list, blank=True, help_text="Every attempt: {attempt, at, ok, error, ms}."
+    )
+    next_attempt_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the pending attempt is due; empty once final."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name_plural = "batch callback deliveries"
+        indexes = [models.Index(fields=["state", "next_attempt_at"], name="batchcallback_due")]
+
+    def __str__(self) -> str:
+        return f"callback of batch {self.batch_id} ({self.state})"

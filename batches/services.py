@@ -219,8 +219,7 @@ def batch_finished(*, batch_id: UUID) -> None:
     batch = batch_with_cost(batch_id=batch_id)
     representation = dict(BatchOutputSerializer(batch).data)
     if batch.callback_url:
-        alert = callback_record(batch=batch, representation=representation)
-        Batch.objects.filter(id=batch.id).update(callback_alert=alert)
+        callback_record(batch=batch, representation=representation)
     publish_finished_on_commit(batch, representation)
     summary = (
         f"batch {batch.id} finished: {batch.status}, {batch.completed} completed, "

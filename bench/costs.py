@@ -129,7 +129,7 @@ def load(name: str, now: datetime) -> None:
     from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from alerts.models import FailureRecord
+    from dlq.models import FailureRecord
     from jobs.models import LlmJob
     from ledger.models import CostEntry
 

@@ -13,11 +13,11 @@ from decimal import Decimal
 
 from django.db.models import Count, Q, Sum
 
-from alerts.models import FailureRecord
 from chaos import events
 from chaos.checks import Check
 from chaos.record import DrillRecord
 from chaos.setup import CAPPED_FEATURE
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.budgets import window_bounds
 from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry

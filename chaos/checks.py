@@ -18,9 +18,9 @@ from decimal import Decimal
 
 from django.db.models import Count
 
-from alerts.models import FailureRecord
 from chaos import events
 from chaos.record import DrillRecord
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
 from ops.selectors import counter_totals, ledger_totals

@@ -28,7 +28,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from alerts.dispatch import LOST_DELIVERY_GRACE_SECONDS, UNALERTED_FAILURE_GRACE_SECONDS
-from alerts.models import AlertDelivery, AlertFingerprint, FailureRecord
+from alerts.models import AlertDelivery, AlertFingerprint
 from chaos import events
 from chaos.conductor import Conductor, active_faults
 from chaos.plan import DrillOptions, knobs, timeline
@@ -45,6 +45,7 @@ from chaos.setup import (
     drill_token_revoke,
     drill_user_ensure,
 )
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from jobs.services import job_submit
 from ledger.services import job_upper_bound_cost

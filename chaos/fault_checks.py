@@ -21,13 +21,14 @@ dead letters are left out of "storms paged nobody" (budget_checks.py checks the 
 
 from collections import Counter
 
-from alerts.models import FailureRecord, Severity
 from alerts.notifications import failure_record_fingerprint
 from chaos.budget_checks import CAPPED_REFUSAL
 from chaos.checks import Check
 from chaos.fault_checks_more import NOT_HAPPENED, all_final, failed_because, more_fault_checks
 from chaos.record import DrillRecord
 from chaos.setup import CAPPED_FEATURE
+from dlq.models import FailureRecord
+from jobs.models import Severity
 from jobs.retry_policy import DEFAULT_SCHEDULES
 from ledger.models import CostEntry
 

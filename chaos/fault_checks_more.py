@@ -8,10 +8,10 @@ Each fails when its fault did not happen, and its figures then begin with NOT_HA
 
 from collections import Counter
 
-from alerts.models import FailureRecord
 from chaos.checks import Check
 from chaos.faults import REVOKE_CLOSE_SECONDS, TRICKLE_CUT_GRACE_SECONDS
 from chaos.record import DrillRecord
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
 

@@ -5,6 +5,15 @@ from django.conf import settings
 from django.db import models
 
 
+class Severity(models.TextChoices):
+    """How bad a failure is: the retry table gives it, a dead-lettered job's record (dlq/) and
+    its alert (alerts/, routed by it) carry it."""
+
+    WARNING = "WARNING", "Warning"
+    ERROR = "ERROR", "Error"
+    CRITICAL = "CRITICAL", "Critical"
+
+
 class LlmJob(models.Model):
     """One LLM call run in the background. Its row is the source of truth for its state."""
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from alerts.models import Severity
+from jobs.models import Severity
 from providers.errors import failure_reason
 
 __all__ = [

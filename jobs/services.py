@@ -35,6 +35,7 @@ from jobs.admission import (
     check_budgets_not_spent,
     idempotency_key_hash,
 )
+from jobs.dead_letter import DeadLetter, dead_letter_attach
 from jobs.models import LlmJob
 from jobs.retry_policy import Classification, decide
 from jobs.selectors import jobs_runnable
@@ -558,15 +559,13 @@ def _schedule_retry(
 def _dead_letter(
     job: LlmJob, *, fields: list[str], via: Transition | None = None, **failure: Any
 ) -> LlmJob:
-    """-> failed, with its FailureRecord (the DLQ entry). Inside the transition."""
-    # Imported here: alerts.services requeues through this module.
-    from alerts.services import failure_record_create
-
+    """-> failed. Inside the transition, whose subscriber in dlq/ writes the job's
+    FailureRecord (the DLQ entry) from the attached ``DeadLetter``."""
     job.status = LlmJob.Status.FAILED
     job.completed_at = timezone.now()
     job.next_attempt_at = None
     job.save(update_fields=[*fields, "completed_at"])
-    failure_record_create(job=job, **failure)
+    dead_letter_attach(job, DeadLetter(**failure))
     transition_committed(job, via or Transition.DEAD_LETTERED)
     return job
 

@@ -11,7 +11,7 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from alerts.models import FailureRecord
+from dlq.models import FailureRecord
 from ledger.config_cache import config_snapshot
 from ledger.models import CostEntry, ModelPrice
 from llmops.errors import ValidationFailed

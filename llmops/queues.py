@@ -11,6 +11,7 @@ __all__ = [
     "ALERTS_QUEUE",
     "ALERT_FOR_FAILURE_TASK",
     "BATCH_CANCEL_TASK",
+    "DELIVER_CALLBACK_TASK",
     "DEFAULT_QUEUE",
     "DELIVER_ALERT_TASK",
     "FINGERPRINT_CHECK_TASK",
@@ -43,8 +44,9 @@ RUN_LLM_JOB_TASK = "jobs.tasks.run_llm_job"
 ALERT_FOR_FAILURE_TASK = "alerts.tasks.alert_for_failure"
 DELIVER_ALERT_TASK = "alerts.tasks.deliver_alert"
 FINGERPRINT_CHECK_TASK = "alerts.tasks.failure_fingerprint_check"
-REQUEUE_MATCHING_TASK = "alerts.tasks.requeue_matching"
+REQUEUE_MATCHING_TASK = "dlq.tasks.requeue_matching"
 BATCH_CANCEL_TASK = "batches.tasks.cancel_batch_jobs"
+DELIVER_CALLBACK_TASK = "batches.tasks.deliver_callback"
 
 KEY_PREFIX = "llmops:"
 """Every Redis key of ours starts with this (rq's own keys start with ``rq:``)."""

@@ -204,6 +204,7 @@ INSTALLED_APPS = [
     "jobs",
     "ledger",
     "alerts",
+    "dlq",
     "fake_provider",
     "ops",
     "ratelimits",

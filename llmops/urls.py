@@ -21,7 +21,7 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/me/", MeApi.as_view(), name="me"),
     path("api/v1/jobs/", include("jobs.urls")),
-    path("api/v1/failures/", include("alerts.urls")),
+    path("api/v1/failures/", include("dlq.urls")),
     path("api/v1/", include("ledger.budget_urls")),
     path("api/v1/costs/", include("ledger.urls")),
     path("api/v1/batches/", include("batches.urls")),

@@ -36,7 +36,7 @@ from ops.models import (
 )
 
 if TYPE_CHECKING:
-    from alerts.models import FailureRecord
+    from dlq.models import FailureRecord
     from jobs.models import LlmJob
     from ledger.models import CostEntry
 

@@ -133,7 +133,7 @@ def ledger_totals() -> Totals:
     """The same quantities, aggregated (in the database) from the ledger, the dead-letter
     records and the jobs. Job statuses are not history the database keeps, so they are read from
     what each status leaves behind (see ``docs/operations.md``, "Metrics")."""
-    from alerts.models import FailureRecord
+    from dlq.models import FailureRecord
     from jobs.models import LlmJob
     from ledger.models import CostEntry
 

@@ -13,10 +13,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from alerts.models import Alert, AlertRoute, BulkRequeue, FailureRecord, LoopHeartbeat
-from alerts.services import failure_record_create
+from alerts.models import Alert, AlertRoute, LoopHeartbeat
 from batches.models import Batch, BatchItem
 from batches.services import batch_submit
+from dlq.models import BulkRequeue, FailureRecord
+from dlq.services import failure_record_create
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.services import job_submit
 from ledger.models import Budget, CostEntry, ModelPrice
@@ -108,11 +109,11 @@ def _new_bulk_requeue(world: World, before: int) -> bool:
 Effect = tuple[Callable[[World], Any], Callable[[World, Any], bool]]
 
 ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
-    ("alerts.FailureRecord", "requeue"): (_failure, _state(FailureRecord, "requeued")),
-    ("alerts.FailureRecord", "requeue_with_model"): (_failure, _state(FailureRecord, "requeued")),
-    ("alerts.FailureRecord", "resolve"): (_failure, _state(FailureRecord, "resolved")),
-    ("alerts.FailureRecord", "ignore"): (_failure, _state(FailureRecord, "ignored")),
-    ("alerts.FailureRecord", "requeue_matching"): (
+    ("dlq.FailureRecord", "requeue"): (_failure, _state(FailureRecord, "requeued")),
+    ("dlq.FailureRecord", "requeue_with_model"): (_failure, _state(FailureRecord, "requeued")),
+    ("dlq.FailureRecord", "resolve"): (_failure, _state(FailureRecord, "resolved")),
+    ("dlq.FailureRecord", "ignore"): (_failure, _state(FailureRecord, "ignored")),
+    ("dlq.FailureRecord", "requeue_matching"): (
         lambda world: (_failure(world), BulkRequeue.objects.count())[1],
         _new_bulk_requeue,
     ),
@@ -130,8 +131,8 @@ ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
         _gone(Budget),
     ),
     ("ledger.ModelPrice", "delete_selected"): (_price, _gone(ModelPrice)),
-    ("alerts.FailureRecord", "delete_selected"): (_failure, _gone(FailureRecord)),
-    ("alerts.BulkRequeue", "delete_selected"): (
+    ("dlq.FailureRecord", "delete_selected"): (_failure, _gone(FailureRecord)),
+    ("dlq.BulkRequeue", "delete_selected"): (
         lambda world: BulkRequeue.objects.create(description=_name()),
         _gone(BulkRequeue),
     ),

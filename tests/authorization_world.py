@@ -36,11 +36,11 @@ from alerts.models import (
     Alert,
     AlertDelivery,
     AlertRoute,
-    BulkRequeue,
     LoopHeartbeat,
 )
-from alerts.services import failure_record_create
 from batches.services import batch_submit
+from dlq.models import BulkRequeue
+from dlq.services import failure_record_create
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.services import job_submit
 from ledger.models import Budget, CostEntry, ModelPrice

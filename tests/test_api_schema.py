@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from alerts.services import failure_record_create
+from dlq.services import failure_record_create
 from jobs.models import LlmJob
 from jobs.services import job_submit
 from ledger.models import Budget

@@ -85,9 +85,9 @@ TABLE: list[Door] = [
     # Budgets: any staff member, as the ops dashboard's budgets panel (tests/ledger/test_budgets_api.py)
     D("api", "GET /api/v1/budgets/", "ledger.view_budget", 403, 403, 401, "200+", "200+"),
     D("api", "GET /api/v1/budgets/{budget}/", "ledger.view_budget", 403, 403, 401, "200+", "200+"),
-    D("api", "GET /api/v1/failures/", "alerts.view_failurerecord", 403, 403, 401, 403, "200+"),
-    D("api", "POST /api/v1/failures/{failure}/requeue/", "alerts.requeue_failurerecord", 403, 403, 401, 403, 200),
-    D("api", "POST /api/v1/failures/{failure}/resolve/", "alerts.resolve_failurerecord", 403, 403, 401, 403, 200),
+    D("api", "GET /api/v1/failures/", "dlq.view_failurerecord", 403, 403, 401, 403, "200+"),
+    D("api", "POST /api/v1/failures/{failure}/requeue/", "dlq.requeue_failurerecord", 403, 403, 401, 403, 200),
+    D("api", "POST /api/v1/failures/{failure}/resolve/", "dlq.resolve_failurerecord", 403, 403, 401, 403, 200),
     # --- batches and pipelines: the owner's, or a staff member's holding the permission --------
     D("api", "GET /api/v1/batches/", "batches.view_batch", "200+", "200-", 401, "200-", "200-"),
     D("api", "POST /api/v1/batches/", "batches.add_batch", 202, 202, 401, 202, 202),
@@ -157,19 +157,19 @@ TABLE: list[Door] = [
     D("admin", "GET /admin/ledger/modelprice/{price}/history/", "ledger.view_modelprice", L, L, L, 403, 200),
     D("admin", "GET /admin/ledger/modelprice/{price}/", "ledger.view_modelprice", L, L, L, 302, 302),
     # --- admin: alerts and the DLQ -----------------------------------------------------------
-    D("admin", "GET /admin/alerts/failurerecord/", "alerts.view_failurerecord", L, L, L, 403, "200+"),
-    D("admin", "GET /admin/alerts/failurerecord/add/", "alerts.add_failurerecord", L, L, L, 403, 403),
-    D("admin", "GET /admin/alerts/failurerecord/{failure}/change/", "alerts.view_failurerecord", L, L, L, 403, "200+"),
-    D("admin", "GET /admin/alerts/failurerecord/{failure}/delete/", "alerts.delete_failurerecord", L, L, L, 403, 403),
-    D("admin", "GET /admin/alerts/failurerecord/{failure}/history/", "alerts.view_failurerecord", L, L, L, 403, 200),
-    D("admin", "GET /admin/alerts/failurerecord/{failure}/", "alerts.view_failurerecord", L, L, L, 302, 302),
-    D("admin", "GET /admin/alerts/failurerecord/requeue-matching/", "alerts.requeue_matching_failurerecord", L, L, L, 403, "200+", has="alerts.view_failurerecord"),
-    D("admin", "GET /admin/alerts/bulkrequeue/", "alerts.view_bulkrequeue", L, L, L, 403, "200+"),
-    D("admin", "GET /admin/alerts/bulkrequeue/add/", "alerts.add_bulkrequeue", L, L, L, 403, 403),
-    D("admin", "GET /admin/alerts/bulkrequeue/{bulk}/change/", "alerts.view_bulkrequeue", L, L, L, 403, "200+"),
-    D("admin", "GET /admin/alerts/bulkrequeue/{bulk}/delete/", "alerts.delete_bulkrequeue", L, L, L, 403, 403),
-    D("admin", "GET /admin/alerts/bulkrequeue/{bulk}/history/", "alerts.view_bulkrequeue", L, L, L, 403, 200),
-    D("admin", "GET /admin/alerts/bulkrequeue/{bulk}/", "alerts.view_bulkrequeue", L, L, L, 302, 302),
+    D("admin", "GET /admin/dlq/failurerecord/", "dlq.view_failurerecord", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/dlq/failurerecord/add/", "dlq.add_failurerecord", L, L, L, 403, 403),
+    D("admin", "GET /admin/dlq/failurerecord/{failure}/change/", "dlq.view_failurerecord", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/dlq/failurerecord/{failure}/delete/", "dlq.delete_failurerecord", L, L, L, 403, 403),
+    D("admin", "GET /admin/dlq/failurerecord/{failure}/history/", "dlq.view_failurerecord", L, L, L, 403, 200),
+    D("admin", "GET /admin/dlq/failurerecord/{failure}/", "dlq.view_failurerecord", L, L, L, 302, 302),
+    D("admin", "GET /admin/dlq/failurerecord/requeue-matching/", "dlq.requeue_matching_failurerecord", L, L, L, 403, "200+", has="dlq.view_failurerecord"),
+    D("admin", "GET /admin/dlq/bulkrequeue/", "dlq.view_bulkrequeue", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/dlq/bulkrequeue/add/", "dlq.add_bulkrequeue", L, L, L, 403, 403),
+    D("admin", "GET /admin/dlq/bulkrequeue/{bulk}/change/", "dlq.view_bulkrequeue", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/dlq/bulkrequeue/{bulk}/delete/", "dlq.delete_bulkrequeue", L, L, L, 403, 403),
+    D("admin", "GET /admin/dlq/bulkrequeue/{bulk}/history/", "dlq.view_bulkrequeue", L, L, L, 403, 200),
+    D("admin", "GET /admin/dlq/bulkrequeue/{bulk}/", "dlq.view_bulkrequeue", L, L, L, 302, 302),
     D("admin", "GET /admin/alerts/alert/", "alerts.view_alert", L, L, L, 403, "200+"),
     D("admin", "GET /admin/alerts/alert/add/", "alerts.add_alert", L, L, L, 403, 403),
     D("admin", "GET /admin/alerts/alert/{alert}/change/", "alerts.view_alert", L, L, L, 403, "200+"),
@@ -263,11 +263,11 @@ TABLE: list[Door] = [
     D("admin", "GET {rq}cron-schedulers/0/no-such-scheduler/", "django_rq.admin", L, L, L, 403, 404),
     D("admin", "GET {rq}cron-schedulers/0/no-such-scheduler/jobs/none/", "django_rq.admin", L, L, L, 403, 404),
     # --- admin actions (each read back from the database) ------------------------------------
-    D("action", "alerts.FailureRecord requeue", "alerts.requeue_failurerecord", "refused", "refused", "refused", "refused", "done", has="alerts.view_failurerecord"),
-    D("action", "alerts.FailureRecord requeue_with_model", "alerts.requeue_other_model_failurerecord", "refused", "refused", "refused", "refused", "done", has="alerts.view_failurerecord"),
-    D("action", "alerts.FailureRecord resolve", "alerts.resolve_failurerecord", "refused", "refused", "refused", "refused", "done", has="alerts.view_failurerecord"),
-    D("action", "alerts.FailureRecord ignore", "alerts.ignore_failurerecord", "refused", "refused", "refused", "refused", "done", has="alerts.view_failurerecord"),
-    D("action", "alerts.FailureRecord requeue_matching", "alerts.requeue_matching_failurerecord", "refused", "refused", "refused", "refused", "done", has="alerts.view_failurerecord"),
+    D("action", "dlq.FailureRecord requeue", "dlq.requeue_failurerecord", "refused", "refused", "refused", "refused", "done", has="dlq.view_failurerecord"),
+    D("action", "dlq.FailureRecord requeue_with_model", "dlq.requeue_other_model_failurerecord", "refused", "refused", "refused", "refused", "done", has="dlq.view_failurerecord"),
+    D("action", "dlq.FailureRecord resolve", "dlq.resolve_failurerecord", "refused", "refused", "refused", "refused", "done", has="dlq.view_failurerecord"),
+    D("action", "dlq.FailureRecord ignore", "dlq.ignore_failurerecord", "refused", "refused", "refused", "refused", "done", has="dlq.view_failurerecord"),
+    D("action", "dlq.FailureRecord requeue_matching", "dlq.requeue_matching_failurerecord", "refused", "refused", "refused", "refused", "done", has="dlq.view_failurerecord"),
     D("action", "jobs.ProviderBreaker close_breaker", "jobs.close_providerbreaker", "refused", "refused", "refused", "refused", "done", has="jobs.view_providerbreaker"),
     D("action", "batches.Batch cancel_batches", "batches.cancel_batch", "refused", "refused", "refused", "refused", "done", has="batches.view_batch"),
     D("action", "pipelines.Pipeline cancel_pipelines", "pipelines.cancel_pipeline", "refused", "refused", "refused", "refused", "done", has="pipelines.view_pipeline"),
@@ -280,8 +280,8 @@ TABLE: list[Door] = [
     D("action", "ledger.CostEntry delete_selected", "ledger.delete_costentry", "refused", "refused", "refused", "refused", "refused", has="ledger.view_costentry"),
     D("action", "ledger.Budget delete_selected", "ledger.delete_budget", "refused", "refused", "refused", "refused", "done", has="ledger.view_budget"),
     D("action", "ledger.ModelPrice delete_selected", "ledger.delete_modelprice", "refused", "refused", "refused", "refused", "done", has="ledger.view_modelprice"),
-    D("action", "alerts.FailureRecord delete_selected", "alerts.delete_failurerecord", "refused", "refused", "refused", "refused", "refused", has="alerts.view_failurerecord"),
-    D("action", "alerts.BulkRequeue delete_selected", "alerts.delete_bulkrequeue", "refused", "refused", "refused", "refused", "refused", has="alerts.view_bulkrequeue"),
+    D("action", "dlq.FailureRecord delete_selected", "dlq.delete_failurerecord", "refused", "refused", "refused", "refused", "refused", has="dlq.view_failurerecord"),
+    D("action", "dlq.BulkRequeue delete_selected", "dlq.delete_bulkrequeue", "refused", "refused", "refused", "refused", "refused", has="dlq.view_bulkrequeue"),
     D("action", "alerts.Alert delete_selected", "alerts.delete_alert", "refused", "refused", "refused", "refused", "refused", has="alerts.view_alert"),
     D("action", "alerts.AlertRoute delete_selected", "alerts.delete_alertroute", "refused", "refused", "refused", "refused", "done", has="alerts.view_alertroute"),
     D("action", "alerts.LoopHeartbeat delete_selected", "alerts.delete_loopheartbeat", "refused", "refused", "refused", "refused", "refused", has="alerts.view_loopheartbeat"),
@@ -307,7 +307,7 @@ TABLE = [
 
 
 HTTP_KINDS = ("api", "page", "admin")
-ACTION_PAGES = {"alerts.FailureRecord requeue_matching"}
+ACTION_PAGES = {"dlq.FailureRecord requeue_matching"}
 """Rows of the action kind that are not in an action menu: "requeue all matching" is posted to
 its own admin page (which has its row too)."""
 

@@ -33,7 +33,9 @@ from django_rq.settings import get_queues_list
 from rest_framework.authtoken.models import Token
 from rq import Worker
 
-from alerts.models import AlertDelivery, AlertRoute, FailureRecord
+from alerts.models import AlertDelivery, AlertRoute
+from batches.models import BatchCallbackDelivery
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from llmops.logs import JsonFormatter
 from llmops.queues import ALERTS_QUEUE, LLM_QUEUE
@@ -94,7 +96,10 @@ def _job_final(job_id: str) -> bool:
 
 
 def _deliveries_final() -> bool:
-    return not AlertDelivery.objects.filter(state=AlertDelivery.State.PENDING).exists()
+    return not (
+        AlertDelivery.objects.filter(state=AlertDelivery.State.PENDING).exists()
+        or BatchCallbackDelivery.objects.filter(state=BatchCallbackDelivery.State.PENDING).exists()
+    )
 
 
 def test_no_secret_is_written_anywhere(tmp_path: Any) -> None:

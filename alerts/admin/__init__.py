@@ -1,6 +1,6 @@
-"""Admin of the alerts app: the DLQ console (failures), its bulk requeues (bulk) and alert
-routing and history (alerts), and the heartbeats of the long-running loops (loops)."""
+"""Admin of the alerts app: alert routing and history (alerts), and the heartbeats of the
+long-running loops (loops). The DLQ console lives in dlq/admin/."""
 
-from alerts.admin import alerts, bulk, failures, loops
+from alerts.admin import alerts, loops
 
-__all__ = ["alerts", "bulk", "failures", "loops"]
+__all__ = ["alerts", "loops"]

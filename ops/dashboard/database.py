@@ -18,7 +18,8 @@ from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Quer
 from django.db.models.functions import TruncDate, TruncMinute
 from django.urls import reverse
 
-from alerts.models import FailureRecord, Severity
+from alerts.models import Severity
+from dlq.models import FailureRecord
 from jobs.models import LlmJob, ProviderBreaker
 from ledger.forecast import budget_statuses
 from ledger.models import Budget, CostEntry
@@ -174,7 +175,7 @@ def llm_queue_timings(window: Window) -> dict:
 
 
 def _dlq_url(**filters: str) -> str:
-    url = reverse("admin:alerts_failurerecord_changelist")
+    url = reverse("admin:dlq_failurerecord_changelist")
     query = "&".join(f"{name}__exact={value}" for name, value in filters.items())
     return f"{url}?{query}" if query else url
 
@@ -298,7 +299,7 @@ def recent_dead_letters() -> dict:
                 "feature": record.job.feature,
                 "model": record.job.model,
                 "job_id": str(record.job_id),
-                "url": reverse("admin:alerts_failurerecord_change", args=[record.id]),
+                "url": reverse("admin:dlq_failurerecord_change", args=[record.id]),
                 "job_url": reverse("admin:jobs_llmjob_change", args=[record.job_id]),
             }
             for record in records

@@ -11,8 +11,9 @@ import pytest
 from django.db import transaction
 from rq.job import Job
 
-from alerts.models import AlertRoute, FailureRecord
-from alerts.services import failure_record_create
+from alerts.models import AlertRoute
+from dlq.models import FailureRecord
+from dlq.services import failure_record_create
 from jobs.models import LlmJob
 from tests.conftest import Workers
 

@@ -11,8 +11,9 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 
 from alerts.dispatch import alert_delivery_attempt
-from alerts.models import Alert, AlertDelivery, AlertFingerprint, FailureRecord
+from alerts.models import Alert, AlertDelivery, AlertFingerprint
 from alerts.notifications import alert_raise_for_failure
+from dlq.models import FailureRecord
 from tests.alerts.conftest import ROUTING_KEY, SLACK_PATH, WEBHOOK_PATH, dead_letter
 from tests.conftest import submit
 
@@ -233,7 +234,7 @@ def test_a_failure_whose_alert_job_redis_lost_is_alerted_by_the_monitor_once(
         def redis_down(**kwargs: object) -> None:
             raise redis.exceptions.ConnectionError("Connection refused")
 
-        monkeypatch.setattr("alerts.services.failure_alert_enqueue", redis_down)
+        monkeypatch.setattr("alerts.notifications.failure_alert_enqueue", redis_down)
     record = dead_letter(submit(alice_client), severity="ERROR", reason_code="not_found")
     if lost == "redis_flushed_after_commit":
         alert_worker.queue.connection.flushdb()

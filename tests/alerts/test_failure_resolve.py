@@ -10,9 +10,10 @@ from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from alerts.models import Alert, AlertFingerprint, FailureRecord
+from alerts.models import Alert, AlertFingerprint
 from alerts.notifications import alert_resolve_failure_if_handled
-from alerts.services import (
+from dlq.models import FailureRecord
+from dlq.services import (
     bulk_requeue_run,
     bulk_requeue_start,
     failure_close,
@@ -35,7 +36,7 @@ def staff_client(username: str) -> APIClient:
     user = get_user_model().objects.create_user(username=username, is_staff=True)
     user.user_permissions.add(
         *Permission.objects.filter(
-            content_type__app_label="alerts",
+            content_type__app_label="dlq",
             codename__in=["view_failurerecord", "resolve_failurerecord"],
         )
     )

@@ -4,8 +4,8 @@ console, the callback shown redacted, and the cancel action with its permission.
 import pytest
 from django.test import Client
 
-from alerts.services import failure_record_create
 from batches.models import Batch
+from dlq.services import failure_record_create
 from jobs.models import LlmJob
 from tests.batches.helpers import item, submit_batch
 from tests.conftest import make_user
@@ -29,7 +29,7 @@ def test_the_list_shows_each_batch_with_its_progress(staff_client, alice_client)
     assert "nightly" in page
     assert '<progress class="batch-progress" value="2" max="3">66%</progress>' in page
     assert f"/admin/batches/batchitem/?batch__id__exact={batch.id}&amp;runs_job__exact=1" in page
-    assert f"/admin/alerts/failurerecord/?batch={batch.id}" in page
+    assert f"/admin/dlq/failurerecord/?batch={batch.id}" in page
 
 
 def test_the_batch_page_shows_the_callback_redacted(staff_client, alice_client, settings):
@@ -63,11 +63,11 @@ def test_the_dlq_console_filters_one_batchs_dead_letters(staff_client, alice_cli
     theirs = LlmJob.objects.get(batch_items__batch=other)
     for job in (mine, theirs):
         failure_record_create(job=job, severity="ERROR", reason_code="invalid_request")
-    page = staff_client.get(f"/admin/alerts/failurerecord/?batch={batch.id}").content.decode()
+    page = staff_client.get(f"/admin/dlq/failurerecord/?batch={batch.id}").content.decode()
     assert str(mine.id) in page and str(theirs.id) not in page
-    nothing = staff_client.get("/admin/alerts/failurerecord/?batch=not-a-uuid").content.decode()
+    nothing = staff_client.get("/admin/dlq/failurerecord/?batch=not-a-uuid").content.decode()
     assert str(mine.id) not in nothing
-    everything = staff_client.get("/admin/alerts/failurerecord/").content.decode()
+    everything = staff_client.get("/admin/dlq/failurerecord/").content.decode()
     assert str(mine.id) in everything and str(theirs.id) in everything
 
 

@@ -13,10 +13,10 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from rest_framework.authtoken.models import Token
 
-from alerts.models import Alert, AlertDelivery, FailureRecord
-from alerts.services import failure_requeue
-from batches.models import Batch
+from batches.models import Batch, BatchCallbackDelivery
 from batches.services import batch_cancels_resume
+from dlq.models import FailureRecord
+from dlq.services import failure_requeue
 from jobs.models import LlmJob
 from jobs.services import job_cancel
 from llmops.asgi import application
@@ -88,10 +88,10 @@ def test_the_callback_is_retried_until_delivered_and_never_shows_its_secret(
         Workers("alerts").drain()
         assert len(hook.requests) == 2  # a 503, then delivered
         assert hook.bodies[0] == hook.bodies[1]
-    delivery = AlertDelivery.objects.get(alert__source="batch")
-    assert delivery.state == AlertDelivery.State.DELIVERED and delivery.attempts == 2
-    assert delivery.alert.destinations == [{"kind": "callback", "target": "127.0.0.1/…"}]
-    assert Batch.objects.get(id=batch.id).callback_alert_id == delivery.alert_id
+    delivery = BatchCallbackDelivery.objects.get()
+    assert delivery.state == BatchCallbackDelivery.State.DELIVERED and delivery.attempts == 2
+    assert delivery.batch_id == batch.id and len(delivery.history) == 2
+    assert delivery.payload == hook.bodies[1]
     assert "s3cret" not in caplog.text and "/hooks/batch" not in caplog.text
     assert "s3cret" not in delivery.last_error + str(delivery.history)
 
@@ -103,7 +103,7 @@ def test_a_callback_refused_with_a_client_error_is_not_retried(alice_client, wor
         workers.drain()
         Workers("alerts").drain()
         assert len(hook.requests) == 1
-    assert Alert.objects.get(source="batch").state == Alert.State.FAILED
+    assert BatchCallbackDelivery.objects.get().state == BatchCallbackDelivery.State.FAILED
 
 
 def test_a_callback_to_a_private_address_is_refused_when_it_goes_out(
@@ -118,8 +118,8 @@ def test_a_callback_to_a_private_address_is_refused_when_it_goes_out(
         workers.drain()
         Workers("alerts").drain()
         assert hook.requests == []
-    delivery = AlertDelivery.objects.get(alert__source="batch")
-    assert delivery.state == AlertDelivery.State.FAILED and delivery.attempts == 1
+    delivery = BatchCallbackDelivery.objects.get()
+    assert delivery.state == BatchCallbackDelivery.State.FAILED and delivery.attempts == 1
     assert "private, local or reserved" in delivery.last_error
 
 

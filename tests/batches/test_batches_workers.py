@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 from django.db.models import Count, Sum
 
-from alerts.dispatch import alert_deliveries_resume
-from alerts.models import Alert, AlertDelivery
-from batches.models import Batch, BatchItem
+from batches.callbacks import callbacks_resume
+from batches.models import Batch, BatchCallbackDelivery, BatchItem
 from batches.services import batch_cancels_resume
 from jobs.models import LlmJob
 from ledger.models import CostEntry
@@ -84,7 +83,7 @@ def test_a_thousand_items_report_exact_counts_run_duplicates_once_and_call_back_
         wait_for(lambda: hook.bodies, timeout=30, what=f"the callback\n{processes.logs()}")
         # A monitor pass and more time change nothing: one callback, one finish.
         time.sleep(1.0)
-        assert alert_deliveries_resume(grace_seconds=0) == 0
+        assert callbacks_resume(grace_seconds=0) == 0
         assert batch_cancels_resume(grace_seconds=0) == 0
         time.sleep(0.5)
         assert len(hook.requests) == 1
@@ -112,9 +111,8 @@ def test_a_thousand_items_report_exact_counts_run_duplicates_once_and_call_back_
     assert callback["path"] == "/done?token=s3cret"
     assert callback["headers"]["User-Agent"] == "llmops-callbacks"
     assert callback["body"] == {"type": "batch.finished", "batch": shown}
-    alert = Alert.objects.get(source="batch")
-    assert alert.state == Alert.State.DELIVERED
-    assert AlertDelivery.objects.get(alert=alert).attempts == 1
+    delivery = BatchCallbackDelivery.objects.get(batch=batch)
+    assert delivery.state == BatchCallbackDelivery.State.DELIVERED and delivery.attempts == 1
     assert "s3cret" not in processes.output()
 
 

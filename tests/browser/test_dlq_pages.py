@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from alerts.models import FailureRecord
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from llmops.queues import DEFAULT_QUEUE
 from tests.conftest import Workers, make_user, submit
@@ -144,7 +144,7 @@ def test_requeue_all_matching_confirms_then_shows_its_progress_until_finished(
 ):
     make_operator()
     log_in(page, live_server, "olga")
-    page.goto(f"{live_server.url}/admin/alerts/failurerecord/?reason_code__exact=overloaded")
+    page.goto(f"{live_server.url}/admin/dlq/failurerecord/?reason_code__exact=overloaded")
     page.click("#requeue-matching")
     page.wait_for_selector("#matching-count")
     assert page.locator("#matching-count").inner_text() == "2"
@@ -172,7 +172,7 @@ def test_requeue_all_matching_confirms_then_shows_its_progress_until_finished(
 def test_resolve_with_a_comment_from_the_intermediate_page(page, live_server, failures):
     make_operator()
     log_in(page, live_server, "olga")
-    page.goto(f"{live_server.url}/admin/alerts/failurerecord/?reason_code__exact=invalid_request")
+    page.goto(f"{live_server.url}/admin/dlq/failurerecord/?reason_code__exact=invalid_request")
     page.locator("#result_list tbody tr input.action-select").first.check()
     page.select_option("select[name=action]", "resolve")
     page.click("button[name=index]")

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 from rq import Worker
 
-from alerts.models import FailureRecord
+from dlq.models import FailureRecord
 from jobs.models import ProviderBreaker
 from ledger.models import Budget, CostEntry
 from llmops.queues import DEFAULT_QUEUE, LLM_QUEUE
@@ -140,7 +140,7 @@ def test_the_dashboard_draws_every_chart_and_refreshes_in_place(
     assert page.evaluate("window.__no_reload") is True
     first_row = page.locator("#failures-table tbody tr").first
     assert first_row.locator("a").first.get_attribute("href") == (
-        f"/admin/alerts/failurerecord/{record.id}/change/"
+        f"/admin/dlq/failurerecord/{record.id}/change/"
     )
     assert int(page.locator("#ops-dashboard").get_attribute("data-refreshes") or 0) >= 2
 

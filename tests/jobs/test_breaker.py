@@ -10,7 +10,8 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from alerts.models import Alert, FailureRecord
+from alerts.models import Alert
+from dlq.models import FailureRecord
 from jobs.breaker import breaker_gate
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.reconciler import reconcile_jobs

@@ -6,7 +6,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from alerts.models import FailureRecord
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
 from ledger.pricing import attempt_cost
@@ -317,7 +317,7 @@ def test_a_completed_job_is_never_run_again(alice_client, workers, fake_provider
 def test_requeue_from_the_dlq_gives_a_fresh_budget_and_runs_once(
     alice_client, workers, fake_provider
 ):
-    from alerts.services import failure_requeue
+    from dlq.services import failure_requeue
 
     fake_provider.faults({"529": 1.0})
     job = submit(alice_client)
@@ -341,7 +341,7 @@ def test_requeue_from_the_dlq_gives_a_fresh_budget_and_runs_once(
 def test_a_requeued_job_can_be_retried_on_the_full_schedule_again(
     alice_client, workers, fake_provider
 ):
-    from alerts.services import failure_requeue
+    from dlq.services import failure_requeue
 
     fake_provider.faults({"529": 1.0})
     job = submit(alice_client)

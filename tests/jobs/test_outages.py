@@ -14,7 +14,7 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from alerts.models import FailureRecord
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from jobs.reconciler import reconcile_jobs
 from tests.conftest import job_body, make_user, submit

@@ -48,7 +48,7 @@ def test_every_transition_reaches_the_hook_after_commit_in_order(
 
 
 def test_dead_letter_cancel_and_requeue_reach_the_hook(alice_client, workers, fake_provider, heard):
-    from alerts.services import failure_requeue
+    from dlq.services import failure_requeue
 
     fake_provider.faults({"400": 1.0})
     failed = submit(alice_client)

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 import jobs.services
-from alerts.models import FailureRecord
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
 from tests.conftest import submit

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from alerts.models import FailureRecord
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
 

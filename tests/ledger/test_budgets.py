@@ -11,7 +11,8 @@ import pytest
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from alerts.models import Alert, FailureRecord
+from alerts.models import Alert
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from jobs.runner import job_run
 from ledger.budgets import (

@@ -20,7 +20,7 @@ from django.test import Client
 from django.utils import timezone
 from rq import SimpleWorker
 
-from alerts.models import FailureRecord
+from dlq.models import FailureRecord
 from jobs.models import LlmJob, ProviderBreaker
 from ledger.models import Budget, CostEntry
 from llmops.queues import DEFAULT_QUEUE, LLM_QUEUE
@@ -203,7 +203,7 @@ def test_attempts_completions_and_dead_letters_are_counted_per_minute(owner: Any
     assert failures["in_window"] == [0, 1, 1]
     assert failures["open"] == [1, 1, 0]
     assert failures["open_urls"][2] == (
-        "/admin/alerts/failurerecord/?severity__exact=CRITICAL&state__exact=open"
+        "/admin/dlq/failurerecord/?severity__exact=CRITICAL&state__exact=open"
     )
 
     wider = dashboard_data(hours=6, now=NOW)
@@ -332,10 +332,10 @@ def test_breaker_state_and_recent_failures_link_to_their_admin_pages(owner: Any)
     ]
     records = data["recent_failures"]["records"]
     assert [r["id"] for r in records] == [newer.id, older.id]
-    assert records[0]["url"] == f"/admin/alerts/failurerecord/{newer.id}/change/"
+    assert records[0]["url"] == f"/admin/dlq/failurerecord/{newer.id}/change/"
     assert records[0]["job_url"] == f"/admin/jobs/llmjob/{job.id}/change/"
     assert (records[0]["feature"], records[0]["model"]) == ("gamma", "claude-sonnet-4-6")
-    assert data["recent_failures"]["dlq_url"] == "/admin/alerts/failurerecord/?state__exact=open"
+    assert data["recent_failures"]["dlq_url"] == "/admin/dlq/failurerecord/?state__exact=open"
 
 
 def test_the_data_takes_the_same_queries_for_ten_rows_as_for_a_thousand(

@@ -21,7 +21,7 @@ from django.db import transaction
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from alerts.models import FailureRecord
+from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from jobs.services import job_cancel
 from ledger.models import CostEntry

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from alerts.services import failure_requeue
+from dlq.services import failure_requeue
 from jobs.models import LlmJob
 from pipelines.models import Pipeline
 from tests.conftest import submit

@@ -2,8 +2,9 @@ from alerts.dispatch import alert_deliveries_resume, alert_failures_resume
 from alerts.notifications import alert_failure_incidents_check
 from alerts.queue_health import queue_health_check
 from alerts.retry_health import retry_overdue_check
-from alerts.services import bulk_requeues_resume
+from batches.callbacks import callbacks_resume
 from batches.services import batch_cancels_resume
+from dlq.services import bulk_requeues_resume
 from llmops.loops import LoopCommand
 
 
@@ -28,11 +29,14 @@ class Command(LoopCommand):
         cleared = alert_failure_incidents_check()
         bulk = bulk_requeues_resume()
         batch_cancels = batch_cancels_resume()
+        callbacks = callbacks_resume()
         lines = []
         if bulk:
             lines.append(f"monitor: resumed {bulk} bulk requeues lost from Redis")
         if batch_cancels:
             lines.append(f"monitor: resumed {batch_cancels} batch cancels lost from Redis")
+        if callbacks:
+            lines.append(f"monitor: resumed {callbacks} batch callbacks lost from Redis")
         if resumed:
             lines.append(f"monitor: resumed {resumed} alert deliveries lost from Redis")
         if realerted or not self.looping:

@@ -1,5 +1,9 @@
 """Writes on the dead-letter queue, and "requeue all matching" run in the background.
 
+A job's record is written by ``failure_on_transition``, subscribed to the job's transitions
+inside their transaction (dlq/apps.py), from the ``DeadLetter`` the transition carries; what
+follows a record (its alert) hears of it through dlq/hooks.py.
+
 A bulk requeue (``BulkRequeue``) snapshots the open records of a selection, then an RQ job on the
 default queue walks them in batches with ``failure_requeue``, counting its progress in the row.
 The row is the source of truth: a lost or killed RQ job is put back by ``bulk_requeues_resume``
@@ -7,6 +11,7 @@ The row is the source of truth: a lost or killed RQ job is put back by ``bulk_re
 """
 
 import logging
+from dataclasses import asdict
 from datetime import timedelta
 
 import django_rq
@@ -16,11 +21,12 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 from rq.timeouts import BaseTimeoutException
 
-from alerts.dispatch import failure_alert_enqueue
-from alerts.models import BulkRequeue, FailureRecord
-from alerts.notifications import failure_handled_hook
+from dlq.hooks import failure_handled, failure_recorded
+from dlq.models import BulkRequeue, FailureRecord
+from jobs.dead_letter import dead_letter_of
 from jobs.models import LlmJob
 from jobs.services import job_requeue
+from jobs.transitions import Transition
 from ledger.selectors import price_for_model
 from llmops.errors import ApplicationError, Conflict, ValidationFailed
 from llmops.queues import DEFAULT_QUEUE, REQUEUE_MATCHING_TASK, bulk_requeue_job_id
@@ -36,6 +42,7 @@ __all__ = [
     "bulk_requeue_start",
     "bulk_requeues_resume",
     "failure_close",
+    "failure_on_transition",
     "failure_record_create",
     "failure_requeue",
 ]
@@ -72,11 +79,20 @@ def failure_record_create(
         },
     )
     count_failure(record)  # llm_failures_total, in the same transaction
-    # The alert is raised on the alerts queue after commit: never inside the LLM job, never for
-    # a rolled-back record. robust: a Redis error must not fail a job already committed failed;
-    # the monitor's alert_failures_resume finds the record unalerted and enqueues it again.
-    transaction.on_commit(lambda: failure_alert_enqueue(failure_id=record.id), robust=True)
+    # Its alert is raised on the alerts queue after commit (alerts/apps.py subscribes).
+    failure_recorded(record)
     return record
+
+
+def failure_on_transition(job: LlmJob, transition: Transition) -> None:
+    """Dead-letter the job whose transition into ``failed`` carries a ``DeadLetter``: inside
+    that transition, so the record commits or rolls back with the job's ``failed`` state."""
+    if transition not in (Transition.DEAD_LETTERED, Transition.RECOVERED):
+        return
+    dead_letter = dead_letter_of(job)
+    if dead_letter is None or job.status != LlmJob.Status.FAILED:
+        return
+    failure_record_create(job=job, **asdict(dead_letter))
 
 
 @transaction.atomic
@@ -105,7 +121,7 @@ def failure_requeue(
     record.requeued_model = model if model and model != previous_model else ""
     record.save(update_fields=["state", "handled_at", "handled_by", "requeued_model"])
     # If this was its fingerprint's last open record, the alerts worker resolves the incident.
-    failure_handled_hook(failure=record)
+    failure_handled(record)
     logger.info("failure %s requeued by %s (job moved: %s)", record.id, by, moved)
     return moved
 
@@ -141,7 +157,7 @@ def failure_close(
     current.comment = comment[:5000]
     current.save(update_fields=["state", "handled_at", "handled_by", "comment"])
     # If this was its fingerprint's last open record, the alerts worker resolves the incident.
-    failure_handled_hook(failure=current)
+    failure_handled(current)
     logger.info("failure %s %s by %s", record.id, state, by)
     record.refresh_from_db()
     return True

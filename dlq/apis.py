@@ -17,9 +17,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from alerts.models import FailureRecord, Severity
-from alerts.selectors import FILTERS, failure_list
-from alerts.services import failure_close, failure_requeue
+from alerts.models import Severity
+from dlq.models import FailureRecord
+from dlq.selectors import FILTERS, failure_list
+from dlq.services import failure_close, failure_requeue
 from llmops.errors import ApplicationError, NotFound, ValidationFailed
 from llmops.schema import PAGE_NOT_FOUND, error_headers, errors
 
@@ -86,7 +87,7 @@ def _permission_denied(action: str) -> ApplicationError:
 
 
 def _require(request: Request, perm: str, action: str) -> None:
-    if not request.user.has_perm(f"alerts.{perm}"):
+    if not request.user.has_perm(f"dlq.{perm}"):
         raise _permission_denied(action)
 
 
@@ -99,7 +100,7 @@ def _get_record(failure_id: int) -> FailureRecord:
 
 class CanViewFailures(BasePermission):
     def has_permission(self, request, view):  # type: ignore[no-untyped-def]
-        return request.user.has_perm("alerts.view_failurerecord")
+        return request.user.has_perm("dlq.view_failurerecord")
 
 
 # The statuses every failure action answers beyond its own: staff only, the record by id.

@@ -1,6 +1,6 @@
 """The DLQ console: find, understand and requeue dead-lettered jobs from the Django admin.
 
-Every action calls a service in alerts/services.py, the same one the staff API uses. The list
+Every action calls a service in dlq/services.py, the same one the staff API uses. The list
 never loads the large columns it does not show (snapshots, messages, outputs); the detail page
 shows them.
 """
@@ -21,11 +21,11 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
-from alerts.admin.filters import AgeFilter, AttemptsFilter, CommentForm, CostFilter, ModelChoiceForm
-from alerts.models import BulkRequeue, FailureRecord
-from alerts.selectors import failure_requeue_estimate
-from alerts.services import bulk_requeue_start, failure_close, failure_requeue
 from batches.admin_filters import BatchFilter
+from dlq.admin.filters import AgeFilter, AttemptsFilter, CommentForm, CostFilter, ModelChoiceForm
+from dlq.models import BulkRequeue, FailureRecord
+from dlq.selectors import failure_requeue_estimate
+from dlq.services import bulk_requeue_start, failure_close, failure_requeue
 from jobs.models import LlmJob
 from ledger.selectors import cost_entries_for_job
 from llmops.errors import ApplicationError
@@ -146,7 +146,7 @@ class FailureRecordAdmin(admin.ModelAdmin):
         )
         text = f"{job.status} after {job.attempts} attempt(s)"
         if later is not None:
-            url = reverse("admin:alerts_failurerecord_change", args=[later.id])
+            url = reverse("admin:dlq_failurerecord_change", args=[later.id])
             return format_html('{} &mdash; failed again: <a href="{}">{}</a>', text, url, later)
         return text
 
@@ -206,24 +206,24 @@ class FailureRecordAdmin(admin.ModelAdmin):
         return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm("alerts.view_failurerecord") or request.user.has_perm(
-            "alerts.change_failurerecord"
+        return request.user.has_perm("dlq.view_failurerecord") or request.user.has_perm(
+            "dlq.change_failurerecord"
         )
 
     def has_requeue_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("alerts.requeue_failurerecord")
+        return request.user.has_perm("dlq.requeue_failurerecord")
 
     def has_requeue_other_model_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("alerts.requeue_other_model_failurerecord")
+        return request.user.has_perm("dlq.requeue_other_model_failurerecord")
 
     def has_requeue_matching_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("alerts.requeue_matching_failurerecord")
+        return request.user.has_perm("dlq.requeue_matching_failurerecord")
 
     def has_resolve_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("alerts.resolve_failurerecord")
+        return request.user.has_perm("dlq.resolve_failurerecord")
 
     def has_ignore_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("alerts.ignore_failurerecord")
+        return request.user.has_perm("dlq.ignore_failurerecord")
 
     # --- actions ---------------------------------------------------------------------------
 
@@ -341,7 +341,7 @@ class FailureRecordAdmin(admin.ModelAdmin):
             "action_checkbox_name": ACTION_CHECKBOX_NAME,
             "selected_ids": [str(pk) for pk in queryset.values_list("pk", flat=True)],
         }
-        return TemplateResponse(request, "admin/alerts/failurerecord/action_form.html", context)
+        return TemplateResponse(request, "admin/dlq/failurerecord/action_form.html", context)
 
     # --- requeue all matching the current filter -------------------------------------------
 
@@ -350,7 +350,7 @@ class FailureRecordAdmin(admin.ModelAdmin):
             path(
                 "requeue-matching/",
                 self.admin_site.admin_view(self.requeue_matching_view),
-                name="alerts_failurerecord_requeue_matching",
+                name="dlq_failurerecord_requeue_matching",
             )
         ]
         return custom + super().get_urls()
@@ -392,7 +392,7 @@ class FailureRecordAdmin(admin.ModelAdmin):
         # so "matching" means exactly what the operator saw.
         filters = request.GET.copy()
         records = self.get_changelist_instance(request).get_queryset(request)
-        back = reverse("admin:alerts_failurerecord_changelist") + (
+        back = reverse("admin:dlq_failurerecord_changelist") + (
             f"?{filters.urlencode()}" if filters else ""
         )
         if request.method == "POST" and request.POST.get("confirm") == "yes":
@@ -402,7 +402,7 @@ class FailureRecordAdmin(admin.ModelAdmin):
                 by=request.user,  # type: ignore[arg-type]
                 description=(f"Filter: {filters.urlencode()}" if filters else "Every open failure"),
             )
-            progress = reverse("admin:alerts_bulkrequeue_change", args=[bulk.id])
+            progress = reverse("admin:dlq_bulkrequeue_change", args=[bulk.id])
             self.message_user(
                 request,
                 format_html(
@@ -426,5 +426,5 @@ class FailureRecordAdmin(admin.ModelAdmin):
             "sample": records.filter(state=FailureRecord.State.OPEN).select_related("job")[:20],
         }
         return TemplateResponse(
-            request, "admin/alerts/failurerecord/requeue_matching_confirm.html", context
+            request, "admin/dlq/failurerecord/requeue_matching_confirm.html", context
         )

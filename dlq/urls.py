@@ -1,7 +1,8 @@
 from django.urls import path
 
-from alerts.apis import FailureListApi, FailureRequeueApi, FailureResolveApi
+from dlq.apis import FailureListApi, FailureRequeueApi, FailureResolveApi
 
+# The namespace it had under alerts/: the URL names do not change.
 app_name = "alerts"
 
 urlpatterns = [

@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from alerts.models import BulkRequeue
+from dlq.models import BulkRequeue
 from llmops.admin import ReadOnlyAdmin
 
 __all__ = ["BulkRequeueAdmin", "progress_bar"]
@@ -63,6 +63,6 @@ class BulkRequeueAdmin(ReadOnlyAdmin):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Whoever may start one may watch it.
-        return request.user.has_perm("alerts.view_bulkrequeue") or request.user.has_perm(
-            "alerts.requeue_matching_failurerecord"
+        return request.user.has_perm("dlq.view_bulkrequeue") or request.user.has_perm(
+            "dlq.requeue_matching_failurerecord"
         )

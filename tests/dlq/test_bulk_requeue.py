@@ -9,9 +9,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from rq.job import Job
 
-from alerts import services
-from alerts.models import BulkRequeue, FailureRecord
-from alerts.services import (
+from dlq import services
+from dlq.models import BulkRequeue, FailureRecord
+from dlq.services import (
     bulk_requeue_run,
     bulk_requeue_start,
     bulk_requeues_resume,
@@ -25,9 +25,9 @@ from tests.conftest import Workers, make_user, submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
-CHANGELIST = "/admin/alerts/failurerecord/"
-MATCHING = "/admin/alerts/failurerecord/requeue-matching/"
-BULK_LIST = "/admin/alerts/bulkrequeue/"
+CHANGELIST = "/admin/dlq/failurerecord/"
+MATCHING = "/admin/dlq/failurerecord/requeue-matching/"
+BULK_LIST = "/admin/dlq/bulkrequeue/"
 
 
 def staff(username: str, *perms: str) -> Client:

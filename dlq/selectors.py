@@ -5,7 +5,7 @@ from decimal import Decimal
 
 from django.db.models import QuerySet
 
-from alerts.models import FailureRecord
+from dlq.models import FailureRecord
 from ledger.pricing import upper_bound_cost
 from ledger.selectors import price_for_model
 from llmops.errors import ValidationFailed

@@ -6,7 +6,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from alerts.models import BulkRequeue, FailureRecord
+from dlq.models import BulkRequeue, FailureRecord
 from jobs.models import LlmJob
 from llmops.queues import DEFAULT_QUEUE
 from tests.conftest import Workers, make_user, submit
@@ -16,8 +16,8 @@ pytestmark = [
     pytest.mark.usefixtures("prices", "no_breaker"),
 ]
 
-CHANGELIST = "/admin/alerts/failurerecord/"
-MATCHING = "/admin/alerts/failurerecord/requeue-matching/"
+CHANGELIST = "/admin/dlq/failurerecord/"
+MATCHING = "/admin/dlq/failurerecord/requeue-matching/"
 
 
 def staff(username: str, *perms: str) -> Client:
@@ -172,7 +172,7 @@ def test_requeue_all_matching_requeues_exactly_the_filtered_set(
     done = operator.post(f"{MATCHING}?job__feature=alpha", {"confirm": "yes"})
     bulk = BulkRequeue.objects.get()
     assert done.status_code == 302
-    assert done["Location"] == f"/admin/alerts/bulkrequeue/{bulk.pk}/change/"
+    assert done["Location"] == f"/admin/dlq/bulkrequeue/{bulk.pk}/change/"
     # The request only recorded the selection: nothing is requeued until the default worker runs.
     assert (bulk.state, bulk.total, bulk.processed) == ("pending", 3, 0)
     assert not LlmJob.objects.filter(status="queued").exists()
