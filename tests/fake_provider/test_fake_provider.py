@@ -387,7 +387,8 @@ def test_it_logs_each_billed_call_with_its_idempotency_key_and_how_it_ended(url:
 
 
 def test_it_serves_200_concurrent_requests(url: str) -> None:
-    configure(url, latency_ms=200)
+    # Long calls: all 200 are sent well within one, however slowly a loaded machine sends them.
+    configure(url, latency_ms=3000)
 
     async def run() -> list[int]:
         limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
@@ -403,12 +404,10 @@ def test_it_serves_200_concurrent_requests(url: str) -> None:
 
             return await asyncio.gather(*(one(i) for i in range(200)))
 
-    started = time.monotonic()
     statuses = asyncio.run(run())
-    elapsed = time.monotonic() - started
     assert statuses == [200] * 200
-    assert elapsed < 8, f"200 requests of 200 ms took {elapsed:.1f} s: not concurrent"
     assert stats(url)["by_status"] == {"200": 200}
+    assert stats(url)["peak_in_flight"] == 200, "the 200 calls were not all handled at once"
 
 
 def test_it_counts_the_calls_in_flight_and_their_peak(url: str) -> None:
