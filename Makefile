@@ -44,7 +44,7 @@ lint: dev-venv
 	$(BIN)/ruff format --check .
 
 typecheck: dev-venv
-	$(BIN)/mypy llmops jobs ledger alerts fake_provider ops ratelimits batches pipelines
+	$(BIN)/mypy llmops jobs ledger alerts fake_provider ops metrics ratelimits batches pipelines
 
 test: dev-venv services browser tools lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \

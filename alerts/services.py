@@ -25,7 +25,6 @@ from ledger.selectors import price_for_model
 from llmops.errors import ApplicationError, Conflict, ValidationFailed
 from llmops.queues import DEFAULT_QUEUE, REQUEUE_MATCHING_TASK, bulk_requeue_job_id
 from llmops.rq_jobs import rq_jobs_resume
-from ops.counters import count_failure
 
 __all__ = [
     "BULK_REQUEUE_BATCH",
@@ -71,7 +70,6 @@ def failure_record_create(
             "metadata": job.metadata,
         },
     )
-    count_failure(record)  # llm_failures_total, in the same transaction
     # The alert is raised on the alerts queue after commit: never inside the LLM job, never for
     # a rolled-back record. robust: a Redis error must not fail a job already committed failed;
     # the monitor's alert_failures_resume finds the record unalerted and enqueues it again.

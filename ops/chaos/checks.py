@@ -21,9 +21,9 @@ from django.db.models import Count
 from alerts.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
+from metrics.selectors import counter_totals, ledger_totals
 from ops.chaos import events
 from ops.chaos.record import DrillRecord
-from ops.selectors import counter_totals, ledger_totals
 
 __all__ = ["Check", "LedgerView", "job_checks"]
 

@@ -1,4 +1,4 @@
-"""Thin views of the ops app: the Prometheus scrape endpoints."""
+"""Thin views of the metrics app: the Prometheus scrape endpoints."""
 
 import os
 
@@ -6,8 +6,8 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import REGISTRY, CollectorRegistry, exposition, multiprocess
 
-from ops.access import metrics_protected
-from ops.collector import llm_registry, rq_registry
+from metrics.access import metrics_protected
+from metrics.collector import llm_registry, rq_registry
 
 
 def _render(request: HttpRequest, *registries: CollectorRegistry) -> HttpResponse:

@@ -1,6 +1,6 @@
 """The LLM metrics, read at scrape time from the database counters and from Redis.
 
-Counters come from ``ops/models.py`` (kept in the transactions of what they count), so they are
+Counters come from ``metrics/models.py`` (kept in the transactions of what they count), so they are
 right whatever process or host did the work; gauges are read now: queue depth and oldest wait
 and scheduled retries from Redis, budget use and the breaker from the database, live workers
 from rq's worker registry. A source that cannot be read leaves its metrics out of this scrape
@@ -26,7 +26,7 @@ from redis.exceptions import RedisError
 from rq import Worker
 
 from llmops.queues import QUEUE_NAMES
-from ops.models import LATENCY_BUCKETS
+from metrics.models import LATENCY_BUCKETS
 
 try:
     from django_rq.contrib.prometheus import RQCollector
@@ -36,7 +36,7 @@ try:
     REGISTRY.unregister(RQCollector.summary)
 except (ImportError, KeyError):  # pragma: no cover - django-rq without prometheus_client
     pass
-from ops.selectors import counter_totals
+from metrics.selectors import counter_totals
 
 __all__ = ["LlmCollector", "llm_registry", "rq_registry"]
 
