@@ -60,7 +60,7 @@ def time_scrapes(label: str) -> None:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from ops.models import AttemptCounter, FailureCounter, JobCounter
+    from metrics.models import AttemptCounter, FailureCounter, JobCounter
 
     client = Client()
     times = []
@@ -83,7 +83,7 @@ def time_scrapes(label: str) -> None:
 
 
 def check(label: str) -> None:
-    from ops.selectors import counter_totals, ledger_totals
+    from metrics.selectors import counter_totals, ledger_totals
 
     differences = counter_totals().differences(ledger_totals())
     verdict = "equal" if not differences else f"{len(differences)} DIFFERENT: {differences[:3]}"
@@ -256,7 +256,7 @@ def main() -> None:
 
     from jobs.models import LlmJob
     from llmops.queues import LLM_QUEUE
-    from ops.rebuild import metrics_rebuild
+    from metrics.rebuild import metrics_rebuild
 
     django_rq.get_connection(LLM_QUEUE).flushdb()
     time_scrapes("empty system")

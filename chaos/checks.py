@@ -23,7 +23,7 @@ from chaos.record import DrillRecord
 from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
-from ops.selectors import counter_totals, ledger_totals
+from metrics.selectors import counter_totals, ledger_totals
 
 __all__ = ["Check", "LedgerView", "job_checks"]
 

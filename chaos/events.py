@@ -19,7 +19,7 @@ from jobs.breaker import PROVIDER, breaker_close
 from jobs.models import LlmJob, ProviderBreaker
 from ledger.models import BudgetReservation, BudgetWindow
 from llmops.queues import LLM_QUEUE
-from ops.models import AttemptCounter, FailureCounter, JobCounter
+from metrics.models import AttemptCounter, FailureCounter, JobCounter
 
 __all__ = [
     "BREAKER_CLOSE_REASON",

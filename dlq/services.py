@@ -31,7 +31,6 @@ from ledger.selectors import price_for_model
 from llmops.errors import ApplicationError, Conflict, ValidationFailed
 from llmops.queues import DEFAULT_QUEUE, REQUEUE_MATCHING_TASK, bulk_requeue_job_id
 from llmops.rq_jobs import rq_jobs_resume
-from ops.counters import count_failure
 
 __all__ = [
     "BULK_REQUEUE_BATCH",
@@ -78,7 +77,6 @@ def failure_record_create(
             "metadata": job.metadata,
         },
     )
-    count_failure(record)  # llm_failures_total, in the same transaction
     # Its alert is raised on the alerts queue after commit (alerts/apps.py subscribes).
     failure_recorded(record)
     return record

@@ -1,22 +1,21 @@
 """The one after-commit hook every LlmJob transition ends in.
 
 Each transition service in ``jobs/services.py`` calls ``transition_committed(job, transition)``
-inside its transaction, which counts the job's new status for the metrics (ops/counters.py) in
-that transaction; once that transaction commits, every subscriber registered with
+inside its transaction; once that transaction commits, every subscriber registered with
 ``on_transition`` receives the job and the transition. The log line and WebSocket events
 subscribe here, so no transition can forget one of them. A rolled-back transition
 notifies nobody; a failing subscriber is logged and never fails the job or the other subscribers.
 
 A subscriber registered with ``on_transition(..., in_transaction=True)`` runs instead inside the
-transition's transaction, right after the metrics' count: what it writes commits or rolls back
-with the transition (batch counters, the next step of a pipeline), and an exception it raises
-rolls the transition back. Keep such subscribers to a few indexed statements.
+transition's transaction, in the order of registration: what it writes commits or rolls back
+with the transition (the metrics' counters, batch counters, the next step of a pipeline), and an
+exception it raises rolls the transition back. Keep such subscribers to a few indexed statements.
 
 Many jobs making one transition in one transaction (a batch's submit, jobs/bulk.py) end in
-``transitions_committed`` instead: the metrics count them in one statement per label set, each
-in-transaction subscriber still sees every job, and after commit a subscriber registered with a
-``many`` form receives them all at once (one log line per few hundred jobs, no per-job live
-event); one without it is called once per job.
+``transitions_committed`` instead: each subscriber registered with a ``many`` form receives
+them all at once (in the transaction: the metrics count them in one statement per label set;
+after commit: one log line per few hundred jobs, no per-job live event); one without it is
+called once per job.
 """
 
 import logging
@@ -28,7 +27,6 @@ from typing import TYPE_CHECKING
 from django.db import transaction
 
 from llmops.logs import log_context
-from ops.counters import count_job_status, count_job_statuses
 
 if TYPE_CHECKING:
     from jobs.models import LlmJob
@@ -70,6 +68,7 @@ ManySubscriber = Callable[[Sequence["LlmJob"], Transition], None]
 _subscribers: list[Subscriber] = []
 _in_transaction: list[Subscriber] = []
 _many_forms: dict[Subscriber, ManySubscriber] = {}
+_in_transaction_many_forms: dict[Subscriber, ManySubscriber] = {}
 
 
 def on_transition(
@@ -77,20 +76,18 @@ def on_transition(
 ) -> Subscriber:
     """Register a subscriber; call it from an ``AppConfig.ready``. By default it runs after the
     transition commits (best effort); with ``in_transaction=True`` inside its transaction.
-    ``many``: its form for many jobs at once after a ``transitions_committed`` (after-commit
-    subscribers only; in-transaction ones always see each job)."""
+    ``many``: its form for the many jobs of a ``transitions_committed``."""
     registry = _in_transaction if in_transaction else _subscribers
     if subscriber not in registry:
         registry.append(subscriber)
-    if many is not None and not in_transaction:
-        _many_forms[subscriber] = many
+    if many is not None:
+        (_in_transaction_many_forms if in_transaction else _many_forms)[subscriber] = many
     return subscriber
 
 
 def transition_committed(job: "LlmJob", transition: Transition) -> None:
-    """Count the job's new status now, in the transition's transaction (the metrics' counters
-    commit or roll back with it), and notify every subscriber once that transaction commits."""
-    count_job_status(job)
+    """Call the in-transaction subscribers now, in the transition's transaction, and notify every
+    other subscriber once that transaction commits."""
     for subscriber in _in_transaction:
         subscriber(job, transition)
     transaction.on_commit(lambda: _notify(job, transition))
@@ -98,13 +95,16 @@ def transition_committed(job: "LlmJob", transition: Transition) -> None:
 
 def transitions_committed(jobs: Sequence["LlmJob"], transition: Transition) -> None:
     """``transition_committed`` for many jobs making the same transition in one transaction:
-    one counter statement per feature, model and status instead of one per job, and after
-    commit each subscriber's ``many`` form, where it has one, instead of a call per job."""
+    each subscriber's ``many`` form, where it has one, instead of a call per job (in the
+    transaction: the metrics' one counter statement per label set instead of one per job)."""
     jobs = list(jobs)
     if not jobs:
         return
-    count_job_statuses(jobs)
     for subscriber in _in_transaction:
+        many = _in_transaction_many_forms.get(subscriber)
+        if many is not None:
+            many(jobs, transition)
+            continue
         for job in jobs:
             subscriber(job, transition)
     transaction.on_commit(lambda: _notify_many(jobs, transition))

@@ -17,10 +17,10 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from ledger.budgets import budget_reserved_price, budget_settle
+from ledger.hooks import cost_entry_booked
 from ledger.models import CostEntry, ModelPrice
 from ledger.pricing import attempt_cost, upper_bound_cost
 from ledger.selectors import price_for_model
-from ops.counters import count_cost_entry
 
 if TYPE_CHECKING:
     from jobs.models import LlmJob
@@ -153,7 +153,7 @@ def _create_row(
     )
     # In the same transaction: budget windows and the metrics' counters always equal the ledger.
     budget_settle(entry=entry, job=job)
-    count_cost_entry(entry)
+    cost_entry_booked(entry)
     return entry
 
 

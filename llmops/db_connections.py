@@ -18,7 +18,7 @@ must not stop every other job, so a thread that waits that long gets ``Connectio
 a ``DatabaseError`` its caller handles as a database outage.
 
 A thread that already holds a slot never waits: a second connection it opens for a moment
-(ops/counters.py makes a missing counter row on a connection of its own, in the middle of a
+(metrics/counters.py makes a missing counter row on a connection of its own, in the middle of a
 transaction) rides on its slot, so the server may see one more connection for each thread doing
 that at the moment.
 

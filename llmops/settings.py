@@ -207,6 +207,7 @@ INSTALLED_APPS = [
     "dlq",
     "fake_provider",
     "ops",
+    "metrics",
     "ratelimits",
     "batches",
     "pipelines",
@@ -401,7 +402,8 @@ latency x 40 calls per process, add processes rather than threads."""
 LLM_WORKER_DB_CONNECTIONS = envint("LLM_WORKER_DB_CONNECTIONS", 8, minimum=1)
 """Threads of one threaded worker process that may hold database connections at once: they take
 turns, and a thread waiting on the provider holds none (llmops/db_connections.py). A thread
-making a missing metrics counter row opens a second connection for a moment (ops/counters.py)."""
+making a missing metrics counter row opens a second connection for a moment
+(metrics/counters.py)."""
 WORKER_NICE = envint("WORKER_NICE", 10, minimum=0)
 """The niceness every rq worker process takes at start (os.nice; its forks and threads inherit
 it), so that on a host shared with the web processes a burst of work never takes the CPU from the

@@ -26,7 +26,9 @@ urlpatterns = [
     path("api/v1/costs/", include("ledger.urls")),
     path("api/v1/batches/", include("batches.urls")),
     path("api/v1/pipelines/", include("pipelines.urls")),
-    # Before django-rq's own URLs: its metrics endpoint is served by ops under one protection.
+    # Before django-rq's own URLs: its metrics endpoint is served with /metrics, under one
+    # protection (metrics/access.py).
+    path("", include("metrics.urls")),
     path("", include("ops.urls")),
     # django-rq's dashboard, each page behind its permission (ops/rq_dashboard.py).
     path("django-rq/", include((rq_dashboard_urlpatterns(), "django_rq"))),

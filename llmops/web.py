@@ -21,7 +21,7 @@ Before the workers start, this sets up what they must share:
 
 - The Prometheus multiprocess directory. django-prometheus's HTTP and database metrics live in
   each process; with several, each writes them to files in ``PROMETHEUS_MULTIPROC_DIR`` and
-  ``/metrics`` (ops/views.py) sums them, whichever worker answers the scrape. The variable is
+  ``/metrics`` (metrics/views.py) sums them, whichever worker answers the scrape. The variable is
   set here, for the web processes only (the LLM metrics are read from the database and never
   need it; rq workers must not write such files, one per work horse), in a fresh private
   directory that is removed at exit; a directory named in the environment is emptied at start.

@@ -5,7 +5,7 @@ whatever the permissions given to them, could read every RQ job, empty a queue, 
 requeue or stop a job. Here each of its pages also needs django-rq's own permission
 ``django_rq.admin`` ("Access admin page"), at both places the dashboard is served:
 ``/django-rq/`` (llmops/urls.py) and the admin's ``/admin/django_rq/dashboard/`` (ops/admin.py).
-Its Prometheus collector answers to the scrape token only (``ops.views.rq_metrics``), never to a
+Its Prometheus collector answers to the scrape token only (``metrics.views.rq_metrics``), never to a
 session, as ``/metrics`` does; ``stats.json`` keeps django-rq's ``RQ_API_TOKEN`` for scripts.
 """
 
@@ -19,7 +19,7 @@ from django.urls import URLPattern, re_path
 from django_rq import stats_views
 from django_rq.urls import get_admin_urlpatterns
 
-from ops.views import rq_metrics
+from metrics.views import rq_metrics
 
 __all__ = ["RQ_DASHBOARD_PERMISSION", "rq_dashboard_urlpatterns", "rq_permission_required"]
 

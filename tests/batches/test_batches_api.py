@@ -9,7 +9,7 @@ from alerts.targets import callback_address_problem
 from batches.models import Batch, BatchItem
 from jobs.models import LlmJob
 from llmops.queues import LLM_QUEUE
-from ops.models import JobCounter
+from metrics.models import JobCounter
 from tests.batches.helpers import batch_body, item, submit_batch
 from tests.conftest import Workers, make_user
 

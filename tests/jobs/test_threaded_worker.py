@@ -166,7 +166,7 @@ def test_calls_in_flight_keep_their_locks_registries_heartbeats_and_one_ledger_r
     assert row["concurrency"] == 8
     assert {j["llm_job"]["id"] for j in row["running"]} == {str(job.id) for job in jobs}
     # While eight calls waited on the provider, at most three threads held connections (each
-    # with, for a moment, a second one to make a missing metrics counter row: ops/counters.py).
+    # with, for a moment, a second one to make a missing metrics counter row: metrics/counters.py).
     assert max(connections_open) <= 2 * 3, connections_open
 
     # One attempt, one ledger row per job; the ledger holds what the provider billed.

@@ -319,7 +319,7 @@ def test_a_job_waiting_for_the_calls_in_flight_is_held_without_a_transition(
 ):
     """Found by the chaos drill (issue 18): a budget's ``wait`` moved the job to ``retrying``, a
     transition the metrics counted and the ledger cannot show (``metrics = ledger``: 14 != 9)."""
-    from ops.selectors import counter_totals, ledger_totals
+    from metrics.selectors import counter_totals, ledger_totals
 
     bound = one_job_bound(alice_client)
     feature_budget(limit_usd=bound * Decimal("1.5"))

@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ops.rebuild import metrics_rebuild
-from ops.selectors import counter_totals, ledger_totals
+from metrics.rebuild import metrics_rebuild
+from metrics.selectors import counter_totals, ledger_totals
 
 
 class Command(BaseCommand):

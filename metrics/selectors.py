@@ -14,8 +14,8 @@ from typing import Any
 from django.db.models import Case, Count, IntegerField, Q, Sum, Value, When
 from django.db.models.fields.json import KeyTextTransform
 
-from ops.counters import attempt_outcome
-from ops.models import (
+from metrics.counters import attempt_outcome
+from metrics.models import (
     LATENCY_BUCKETS,
     LATENCY_COLUMNS,
     TOKEN_COLUMNS,

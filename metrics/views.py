@@ -1,13 +1,11 @@
-"""Thin views of the ops app: the Prometheus scrape endpoints."""
-
-import os
+"""Thin views of the metrics app: the Prometheus scrape endpoints."""
 
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
-from prometheus_client import REGISTRY, CollectorRegistry, exposition, multiprocess
+from prometheus_client import CollectorRegistry, exposition
 
-from ops.access import metrics_protected
-from ops.collector import llm_registry, rq_registry
+from metrics.access import metrics_protected
+from metrics.collector import llm_registry, process_registry, rq_registry
 
 
 def _render(request: HttpRequest, *registries: CollectorRegistry) -> HttpResponse:
@@ -16,20 +14,11 @@ def _render(request: HttpRequest, *registries: CollectorRegistry) -> HttpRespons
     return HttpResponse(body, content_type=content_type)
 
 
-def _process_registry() -> CollectorRegistry:
-    """django-prometheus's HTTP and database metrics of the web process(es)."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return registry
-    return REGISTRY
-
-
 @require_GET
 @metrics_protected
 def metrics(request: HttpRequest) -> HttpResponse:
     """Everything: HTTP and database metrics of the web process plus the LLM metrics."""
-    return _render(request, _process_registry(), llm_registry())
+    return _render(request, process_registry(), llm_registry())
 
 
 @require_GET

@@ -25,8 +25,8 @@ from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from jobs.services import job_cancel
 from ledger.models import CostEntry
-from ops.counters import attempt_outcome
-from ops.models import AttemptCounter, JobCounter
+from metrics.counters import attempt_outcome
+from metrics.models import AttemptCounter, JobCounter
 from tests.conftest import FakeProvider, submit
 from tests.jobs.test_takeover import (
     Processes,

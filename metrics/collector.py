@@ -1,6 +1,6 @@
 """The LLM metrics, read at scrape time from the database counters and from Redis.
 
-Counters come from ``ops/models.py`` (kept in the transactions of what they count), so they are
+Counters come from ``metrics/models.py`` (kept in the transactions of what they count), so they are
 right whatever process or host did the work; gauges are read now: queue depth and oldest wait
 and scheduled retries from Redis, budget use and the breaker from the database, live workers
 from rq's worker registry. A source that cannot be read leaves its metrics out of this scrape
@@ -8,13 +8,15 @@ and sets ``llm_metrics_source_up{source}`` to 0, instead of failing the whole sc
 """
 
 import logging
+import os
 from collections import defaultdict
 from collections.abc import Iterator
 from decimal import Decimal
 
 import django_rq
 from django.utils import timezone
-from prometheus_client import REGISTRY, CollectorRegistry
+from django_rq.contrib.prometheus import RQCollector
+from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -26,19 +28,10 @@ from redis.exceptions import RedisError
 from rq import Worker
 
 from llmops.queues import QUEUE_NAMES
-from ops.models import LATENCY_BUCKETS
+from metrics.models import LATENCY_BUCKETS
+from metrics.selectors import counter_totals
 
-try:
-    from django_rq.contrib.prometheus import RQCollector
-
-    # django-rq registers the timing of its own collector in the process-wide registry as a
-    # Summary named ``..._total``, which promtool refuses; /metrics leaves it out.
-    REGISTRY.unregister(RQCollector.summary)
-except (ImportError, KeyError):  # pragma: no cover - django-rq without prometheus_client
-    pass
-from ops.selectors import counter_totals
-
-__all__ = ["LlmCollector", "llm_registry", "rq_registry"]
+__all__ = ["LlmCollector", "ProcessCollector", "llm_registry", "process_registry", "rq_registry"]
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +187,36 @@ def _redis_gauges() -> Iterator[Metric]:
     yield oldest
     yield scheduled
     yield workers
+
+
+class ProcessCollector(Collector):
+    """django-prometheus's HTTP and database metrics of the web process, or of every web
+    process (their files in ``PROMETHEUS_MULTIPROC_DIR``, llmops/web.py), without the families
+    the exposition format refuses.
+
+    Whatever a library registers in the process-wide registry (or, under the multiprocess
+    directory, writes to its files) would be served here. django-rq times its own collector with
+    a Summary named ``rq_request_processing_seconds_total`` as soon as its modules are imported:
+    a summary named like a counter, which ``promtool check metrics`` refuses. Unregistering it
+    does not reach the multiprocess files, so such families are left out here, at scrape time.
+    """
+
+    def collect(self) -> Iterator[Metric]:
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            families = multiprocess.MultiProcessCollector(None).collect()  # type: ignore[no-untyped-call]
+        else:
+            families = REGISTRY.collect()
+        for family in families:
+            if family.type != "counter" and family.name.endswith("_total"):
+                continue  # "non-counter metrics should not have _total suffix"
+            yield family
+
+
+def process_registry() -> CollectorRegistry:
+    """The web process's own metrics (``ProcessCollector``), read at each scrape."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ProcessCollector())
+    return registry
 
 
 def llm_registry() -> CollectorRegistry:

@@ -1,16 +1,18 @@
 """Counting, inside the transaction of what is counted.
 
-``ledger/services.py`` counts each ledger row, ``jobs/transitions.py`` each job transition and
-``alerts/services.py`` each dead letter, all in the same transaction as the row they write: the
-counters (``ops/models.py``) equal the ledger by construction, on every host and in every worker
-process, and a rolled-back transition counts nothing.
+``metrics/apps.py`` subscribes these to the ledger's hook (``ledger/hooks.py``: each ledger row)
+and to the job transitions (``jobs/transitions.py``, in the transaction: each job's new status,
+and each dead letter, the transition into ``failed``), so each count is written in the same
+transaction as the row it counts: the counters (``metrics/models.py``) equal the ledger by
+construction, on every host and in every worker process, and a rolled-back transition counts
+nothing.
 """
 
 import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +27,7 @@ from django.db import (
 )
 from django.db.models import F
 
-from ops.models import (
+from metrics.models import (
     LATENCY_BUCKETS,
     LATENCY_COLUMNS,
     SHARDS,
@@ -36,8 +38,8 @@ from ops.models import (
 )
 
 if TYPE_CHECKING:
-    from dlq.models import FailureRecord
     from jobs.models import LlmJob
+    from jobs.transitions import Transition
     from ledger.models import CostEntry
 
 logger = logging.getLogger(__name__)
@@ -46,9 +48,10 @@ __all__ = [
     "ATTEMPT_OUTCOMES",
     "attempt_outcome",
     "count_cost_entry",
-    "count_failure",
     "count_job_status",
     "count_job_statuses",
+    "count_transition",
+    "count_transitions",
     "latency_column",
 ]
 
@@ -192,10 +195,27 @@ def count_job_statuses(jobs: Iterable["LlmJob"]) -> None:
         )
 
 
-def count_failure(record: "FailureRecord") -> None:
+def count_failure(*, severity: str, reason: str) -> None:
     """Count one dead letter. Call in the transaction that creates its FailureRecord."""
-    _add(
-        FailureCounter,
-        {"severity": record.severity.lower(), "reason": record.reason_code},
-        {"failures": 1},
-    )
+    _add(FailureCounter, {"severity": severity.lower(), "reason": reason}, {"failures": 1})
+
+
+def count_transition(job: "LlmJob", transition: "Transition") -> None:
+    """A job's transition, in its transaction: its new status, and its dead letter when it
+    entered ``failed``."""
+    count_job_status(job)
+    _count_dead_letter(job)
+
+
+def count_transitions(jobs: Sequence["LlmJob"], transition: "Transition") -> None:
+    """``count_transition`` for many jobs making one transition in one transaction."""
+    count_job_statuses(jobs)
+    for job in jobs:
+        _count_dead_letter(job)
+
+
+def _count_dead_letter(job: "LlmJob") -> None:
+    # Only jobs.services._dead_letter moves a job into failed, and always with one FailureRecord
+    # whose severity and reason are the job's error_severity and error_code.
+    if job.status == "failed":
+        count_failure(severity=job.error_severity, reason=job.error_code)

@@ -7,7 +7,9 @@ process's memory (rq forks a work horse per job; prometheus_client's multiproces
 pile up one per work horse). A scrape reads these few rows, however many jobs ran.
 
 Rows are sharded (``shard``) so that concurrent workers rarely wait on the same row; a scrape
-sums the shards. Counters only grow: nothing but ``llm_metrics --rebuild`` rewrites them.
+sums the shards (why they stay with the threaded worker: docs/architecture.md, "Metrics").
+Counters only grow: nothing but ``llm_metrics --rebuild`` rewrites them. The tables keep the
+names they had in the ops app (``db_table``), where they were first created.
 """
 
 from decimal import Decimal
@@ -15,8 +17,8 @@ from decimal import Decimal
 from django.db import models
 
 SHARDS = 8
-"""Rows per label set: each process and thread updates its own (ops/counters.py), a scrape sums
-them."""
+"""Rows per label set: each process and thread updates its own (metrics/counters.py), a scrape
+sums them."""
 
 LATENCY_BUCKETS: tuple[float, ...] = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 """Upper bounds in seconds of ``llm_provider_latency_seconds``; ``+Inf`` follows."""
@@ -78,6 +80,7 @@ class AttemptCounter(models.Model):
     le_inf = _count()
 
     class Meta:
+        db_table = "ops_attemptcounter"
         constraints = [
             models.UniqueConstraint(
                 fields=["feature", "model", "outcome", "shard"], name="one_attempt_counter"
@@ -98,6 +101,7 @@ class JobCounter(models.Model):
     jobs = _count()
 
     class Meta:
+        db_table = "ops_jobcounter"
         constraints = [
             models.UniqueConstraint(
                 fields=["feature", "model", "status", "shard"], name="one_job_counter"
@@ -117,6 +121,7 @@ class FailureCounter(models.Model):
     failures = _count()
 
     class Meta:
+        db_table = "ops_failurecounter"
         constraints = [
             models.UniqueConstraint(
                 fields=["severity", "reason", "shard"], name="one_failure_counter"

@@ -3,20 +3,20 @@
 Counters are kept in the transactions of what they count, so they need no rebuild in normal
 operation. ``llm_metrics --rebuild`` exists for what the counting cannot see: a database restored
 from a backup, ledger rows written by hand, or an installation that already had a ledger when
-the metrics came (``migrate`` runs it then, once: see ``ops/apps.py``). A counter may go down
+the metrics came (``migrate`` runs it then, once: see ``metrics/apps.py``). A counter may go down
 across a rebuild, which Prometheus reads as a counter reset.
 """
 
 from django.db import transaction
 
-from ops.models import (
+from metrics.models import (
     LATENCY_COLUMNS,
     TOKEN_COLUMNS,
     AttemptCounter,
     FailureCounter,
     JobCounter,
 )
-from ops.selectors import Totals, ledger_totals
+from metrics.selectors import Totals, ledger_totals
 
 __all__ = ["metrics_rebuild"]
 
