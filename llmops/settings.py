@@ -1,64 +1,46 @@
-"""Settings for the LLM job queue: every knob from an environment variable (llmops/env.py).
-
-What each one means, its default and format: the table in docs/operations.md#settings. A value
-that cannot be read stops start-up here; one that is wrong for its app (alert routes, rate-limit
-tables, thresholds) is a system check of that app, run by every command and the web server.
+"""Settings for the LLM job queue, every knob from the environment (llmops/env.py). What each
+means: docs/operations.md#settings; values wrong for an app are its checks (llmops/checks.py).
 """
 
 import os
 from pathlib import Path
 
-from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from alerts import targets as alert_targets
 from llmops.env import DEVELOPMENT_SECRET_KEY as DEVELOPMENT_SECRET_KEY
-from llmops.env import (
-    allowed_hosts,
-    database,
-    env,
-    integer,
-    json_value,
-    number,
-    proxy_ssl_header,
-    secret_key,
-    switch,
-    with_socket_timeouts,
-)
+from llmops.env import env, with_socket_timeouts
 from llmops.queues import ALERTS_QUEUE, DEFAULT_QUEUE, KEY_PREFIX, LLM_QUEUE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 # --- Security ---------------------------------------------------------------------------------
-
-DEBUG = switch("DJANGO_DEBUG", False)  # off unless asked for: `make run` turns it on
-# HTTPS only (production): the redirect, secure cookies and HSTS, a real key, named hosts. Off by
-# default because `make run` and the tests (test client, live_server) speak plain http.
-SECURE = switch("DJANGO_SECURE", False)
-SECRET_KEY = secret_key("DJANGO_SECRET_KEY", debug=DEBUG, secure=SECURE)
-ALLOWED_HOSTS = allowed_hosts("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]", secure=SECURE)
-SECURE_PROXY_SSL_HEADER = proxy_ssl_header("DJANGO_SECURE_PROXY_SSL_HEADER")
-SECURE_SSL_REDIRECT = switch("DJANGO_SECURE_SSL_REDIRECT", SECURE)
+DEBUG = env.switch("DJANGO_DEBUG", False)  # off unless asked for: `make run` turns it on
+# HTTPS only (production). Off by default: `make run` and the tests speak plain http.
+SECURE = env.switch("DJANGO_SECURE", False)
+SECRET_KEY = env.secret_key("DJANGO_SECRET_KEY", debug=DEBUG, secure=SECURE)
+ALLOWED_HOSTS = env.allowed_hosts("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]", SECURE)
+SECURE_PROXY_SSL_HEADER = env.proxy_ssl_header("DJANGO_SECURE_PROXY_SSL_HEADER")
+SECURE_SSL_REDIRECT = env.switch("DJANGO_SECURE_SSL_REDIRECT", SECURE)
 # Probes speak plain http inside the network: a redirect would pass for "healthy".
 SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz)$"]
-SESSION_COOKIE_SECURE = switch("DJANGO_SESSION_COOKIE_SECURE", SECURE)
-CSRF_COOKIE_SECURE = switch("DJANGO_CSRF_COOKIE_SECURE", SECURE)
-SECURE_HSTS_SECONDS = integer("DJANGO_SECURE_HSTS_SECONDS", 31_536_000 if SECURE else 0, minimum=0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = switch("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", SECURE)
-SECURE_HSTS_PRELOAD = switch("DJANGO_SECURE_HSTS_PRELOAD", SECURE)
+SESSION_COOKIE_SECURE = env.switch("DJANGO_SESSION_COOKIE_SECURE", SECURE)
+CSRF_COOKIE_SECURE = env.switch("DJANGO_CSRF_COOKIE_SECURE", SECURE)
+SECURE_HSTS_SECONDS = env.integer(
+    "DJANGO_SECURE_HSTS_SECONDS", 31_536_000 if SECURE else 0, minimum=0
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.switch("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", SECURE)
+SECURE_HSTS_PRELOAD = env.switch("DJANGO_SECURE_HSTS_PRELOAD", SECURE)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
-# Django's defaults, spelled out because tests/test_security_headers.py holds them. The CSRF
-# cookie stays readable by scripts: the live page sends it back as X-CSRFToken.
+# Django's defaults, held by tests/test_security_headers.py; the live page reads the CSRF cookie.
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_HTTPONLY = False
 SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
-CSRF_TRUSTED_ORIGINS = [
-    origin for origin in env.list("DJANGO_CSRF_TRUSTED_ORIGINS", [], str) if origin
-]
+CSRF_TRUSTED_ORIGINS = list(filter(None, env.list("DJANGO_CSRF_TRUSTED_ORIGINS", [], str)))
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -122,7 +104,7 @@ TEMPLATES = [
 WSGI_APPLICATION = "llmops.wsgi.application"
 ASGI_APPLICATION = "llmops.asgi.application"
 
-DATABASES = {"default": database("DATABASE_URL", "sqlite:///", base_dir=BASE_DIR)}
+DATABASES = {"default": env.database("DATABASE_URL", "sqlite:///", base_dir=BASE_DIR)}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -138,9 +120,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-SERVE_STATIC = switch("DJANGO_SERVE_STATIC", True)  # unless a front proxy serves them
+SERVE_STATIC = env.switch("DJANGO_SERVE_STATIC", True)  # unless a front proxy serves them
 # One process per core: a process serves many requests at once but runs Python on one core.
-WEB_CONCURRENCY = integer("WEB_CONCURRENCY", len(os.sched_getaffinity(0)), minimum=1)
+WEB_CONCURRENCY = env.integer("WEB_CONCURRENCY", len(os.sched_getaffinity(0)), minimum=1)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -155,7 +137,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "llmops.errors.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
-    "PAGE_SIZE": integer("API_PAGE_SIZE", 50, minimum=1),
+    "PAGE_SIZE": env.integer("API_PAGE_SIZE", 50, minimum=1),
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
@@ -186,13 +168,12 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Redis, queues, workers -------------------------------------------------------------------
-
 REDIS_URL = env.str("REDIS_URL", "redis://127.0.0.1:6379/0")
-LLM_JOB_TIMEOUT = integer("LLM_JOB_TIMEOUT", 240, minimum=10)
-LLM_JOB_TIMEOUT_MARGIN = number("LLM_JOB_TIMEOUT_MARGIN", 30.0, minimum=1.0)
+LLM_JOB_TIMEOUT = env.integer("LLM_JOB_TIMEOUT", 240, minimum=10)
+LLM_JOB_TIMEOUT_MARGIN = env.number("LLM_JOB_TIMEOUT_MARGIN", 30.0, minimum=1.0)
 
 # Above channels-redis's 5 s blocking receive, which a shorter read timeout cuts off.
-CHANNEL_LAYER_SOCKET_TIMEOUT = number("CHANNEL_LAYER_SOCKET_TIMEOUT", 15.0, minimum=7.0)
+CHANNEL_LAYER_SOCKET_TIMEOUT = env.number("CHANNEL_LAYER_SOCKET_TIMEOUT", 15.0, minimum=7.0)
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -209,26 +190,24 @@ CHANNEL_LAYERS = {
             ],
             "prefix": KEY_PREFIX + "channels:",
             # Dropped silently past it; a slow socket's backlog is bounded by WS_MAX_QUEUED_BYTES.
-            "capacity": integer("CHANNEL_LAYER_CAPACITY", 1000, minimum=100),
-            "expiry": integer("CHANNEL_LAYER_EXPIRY", 60, minimum=5),  # then a client polls
+            "capacity": env.integer("CHANNEL_LAYER_CAPACITY", 1000, minimum=100),
+            "expiry": env.integer("CHANNEL_LAYER_EXPIRY", 60, minimum=5),  # then a client polls
             "group_expiry": 86400,  # consumers re-join on reconnect
         },
     }
 }
-JOB_EVENTS_PUBLISH_TIMEOUT = number("JOB_EVENTS_PUBLISH_TIMEOUT", 1.0, minimum=0.05)
+JOB_EVENTS_PUBLISH_TIMEOUT = env.number("JOB_EVENTS_PUBLISH_TIMEOUT", 1.0, minimum=0.05)
 
 RQ = {"WORKER_CLASS": "llmops.workers.LlmWorker"}
-LLM_WORKER_CONCURRENCY = integer("LLM_WORKER_CONCURRENCY", 32, minimum=1)  # see "Sizing" in docs
-LLM_WORKER_DB_CONNECTIONS = integer("LLM_WORKER_DB_CONNECTIONS", 8, minimum=1)
-WORKER_NICE = integer("WORKER_NICE", 10, minimum=0)  # the API keeps the CPU (bench/submit.py)
-LLM_WORKER_DB_SLOT_WAIT_SECONDS = number("LLM_WORKER_DB_SLOT_WAIT_SECONDS", 60.0, minimum=0.1)
+LLM_WORKER_CONCURRENCY = env.integer("LLM_WORKER_CONCURRENCY", 32, minimum=1)
+LLM_WORKER_DB_CONNECTIONS = env.integer("LLM_WORKER_DB_CONNECTIONS", 8, minimum=1)
+WORKER_NICE = env.integer("WORKER_NICE", 10, minimum=0)  # the API keeps the CPU (bench/submit.py)
+LLM_WORKER_DB_SLOT_WAIT_SECONDS = env.number("LLM_WORKER_DB_SLOT_WAIT_SECONDS", 60.0, minimum=0.1)
 # Above the threaded worker's one-second blocking dequeue; rq's forking worker raises its own.
-LLM_REDIS_SOCKET_TIMEOUT = number("LLM_REDIS_SOCKET_TIMEOUT", 10.0, minimum=3.0)
-LLM_REDIS_CONNECT_TIMEOUT = number("LLM_REDIS_CONNECT_TIMEOUT", 5.0, minimum=0.1)
+LLM_REDIS_SOCKET_TIMEOUT = env.number("LLM_REDIS_SOCKET_TIMEOUT", 10.0, minimum=3.0)
+LLM_REDIS_CONNECT_TIMEOUT = env.number("LLM_REDIS_CONNECT_TIMEOUT", 5.0, minimum=0.1)
 # Not for CHANNEL_LAYERS: a socket's channel-layer receive blocks as long as the socket is quiet.
-RQ_REDIS_URL = with_socket_timeouts(
-    REDIS_URL, socket_timeout=LLM_REDIS_SOCKET_TIMEOUT, connect_timeout=LLM_REDIS_CONNECT_TIMEOUT
-)
+RQ_REDIS_URL = with_socket_timeouts(REDIS_URL, LLM_REDIS_SOCKET_TIMEOUT, LLM_REDIS_CONNECT_TIMEOUT)
 RQ_QUEUES = {
     LLM_QUEUE: {"URL": RQ_REDIS_URL, "DEFAULT_TIMEOUT": LLM_JOB_TIMEOUT},
     DEFAULT_QUEUE: {"URL": RQ_REDIS_URL, "DEFAULT_TIMEOUT": 300},
@@ -236,92 +215,83 @@ RQ_QUEUES = {
 }
 
 # --- Provider ---------------------------------------------------------------------------------
-
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", "")
 FAKE_PROVIDER_URL = env.str("FAKE_PROVIDER_URL", "http://127.0.0.1:8787")
 # An explicit base URL always wins; with no key the local fake provider stands in.
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", "") or (
     "https://api.anthropic.com" if ANTHROPIC_API_KEY else FAKE_PROVIDER_URL
 )
-LLM_PROVIDER_READ_TIMEOUT = number("LLM_PROVIDER_READ_TIMEOUT", 60.0, minimum=0.1)
-LLM_READ_TIMEOUT_SCALE = number("LLM_READ_TIMEOUT_SCALE", 1.0, minimum=0.0)
-LLM_PROVIDER_CONNECT_TIMEOUT = number("LLM_PROVIDER_CONNECT_TIMEOUT", 10.0, minimum=0.1)
+LLM_PROVIDER_READ_TIMEOUT = env.number("LLM_PROVIDER_READ_TIMEOUT", 60.0, minimum=0.1)
+LLM_READ_TIMEOUT_SCALE = env.number("LLM_READ_TIMEOUT_SCALE", 1.0, minimum=0.0)
+LLM_PROVIDER_CONNECT_TIMEOUT = env.number("LLM_PROVIDER_CONNECT_TIMEOUT", 10.0, minimum=0.1)
 
 # --- Jobs and retries -------------------------------------------------------------------------
-
-LLM_MAX_REQUEST_BYTES = integer("LLM_MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
-WS_MAX_MESSAGE_BYTES = integer("WS_MAX_MESSAGE_BYTES", 16 * 1024, minimum=1024)
-WS_REAUTH_SECONDS = number("WS_REAUTH_SECONDS", 5.0, minimum=0.1)
-WS_MAX_QUEUED_BYTES = integer("WS_MAX_QUEUED_BYTES", 1024 * 1024, minimum=128 * 1024)
-WS_MAX_CONNECTIONS_PER_USER = integer("WS_MAX_CONNECTIONS_PER_USER", 20, minimum=1)
-LLM_BATCH_MAX_ITEMS = integer("LLM_BATCH_MAX_ITEMS", 10_000, minimum=1)
+LLM_MAX_REQUEST_BYTES = env.integer("LLM_MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
+WS_MAX_MESSAGE_BYTES = env.integer("WS_MAX_MESSAGE_BYTES", 16 * 1024, minimum=1024)
+WS_REAUTH_SECONDS = env.number("WS_REAUTH_SECONDS", 5.0, minimum=0.1)
+WS_MAX_QUEUED_BYTES = env.integer("WS_MAX_QUEUED_BYTES", 1024 * 1024, minimum=128 * 1024)
+WS_MAX_CONNECTIONS_PER_USER = env.integer("WS_MAX_CONNECTIONS_PER_USER", 20, minimum=1)
+LLM_BATCH_MAX_ITEMS = env.integer("LLM_BATCH_MAX_ITEMS", 10_000, minimum=1)
 # 10,000 items of about 1.6 KB; the web process holds the parsed body (several times its size).
-LLM_BATCH_MAX_REQUEST_BYTES = integer("LLM_BATCH_MAX_REQUEST_BYTES", 16 * 1024 * 1024, minimum=1024)
-LLM_BATCH_PROGRESS_INTERVAL = number("LLM_BATCH_PROGRESS_INTERVAL", 1.0, minimum=0.0)
+LLM_BATCH_MAX_REQUEST_BYTES = env.integer(
+    "LLM_BATCH_MAX_REQUEST_BYTES", 16 * 1024 * 1024, minimum=1024
+)
+LLM_BATCH_PROGRESS_INTERVAL = env.number("LLM_BATCH_PROGRESS_INTERVAL", 1.0, minimum=0.0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(LLM_MAX_REQUEST_BYTES + 1, 2_621_440)
-LLM_MAX_ATTEMPTS = integer("LLM_MAX_ATTEMPTS", 10, minimum=1)
+LLM_MAX_ATTEMPTS = env.integer("LLM_MAX_ATTEMPTS", 10, minimum=1)
 # Each step a provider call of seconds to minutes: 20 in a row is already a long chain.
-PIPELINE_MAX_STEPS = integer("PIPELINE_MAX_STEPS", 20, minimum=1)
-LLM_RETRY_SCHEDULES: dict[str, list[float]] = json_value("LLM_RETRY_SCHEDULES", {})
-LLM_RETRY_JITTER = number("LLM_RETRY_JITTER", 0.30, minimum=0.0)
-LLM_CONCURRENCY_PER_KEY = integer("LLM_CONCURRENCY_PER_KEY", 1, minimum=1)
-LLM_CONCURRENCY_KEY_WAIT_SECONDS = number("LLM_CONCURRENCY_KEY_WAIT_SECONDS", 2.0, minimum=0.1)
-LLM_RETRY_DELAY_SCALE = number("LLM_RETRY_DELAY_SCALE", 1.0, minimum=0.0)
-LLM_HEARTBEAT_SECONDS = number("LLM_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
-LLM_STALE_AFTER_SECONDS = number("LLM_STALE_AFTER_SECONDS", 45.0, minimum=1.0)
-LLM_LOST_QUEUE_GRACE_SECONDS = number("LLM_LOST_QUEUE_GRACE_SECONDS", 30.0, minimum=0.0)
-LLM_RECONCILE_INTERVAL = number("LLM_RECONCILE_INTERVAL", 15.0, minimum=0.1)
+PIPELINE_MAX_STEPS = env.integer("PIPELINE_MAX_STEPS", 20, minimum=1)
+LLM_RETRY_SCHEDULES: dict[str, list[float]] = env.json_value("LLM_RETRY_SCHEDULES", {})
+LLM_RETRY_JITTER = env.number("LLM_RETRY_JITTER", 0.30, minimum=0.0)
+LLM_CONCURRENCY_PER_KEY = env.integer("LLM_CONCURRENCY_PER_KEY", 1, minimum=1)
+LLM_CONCURRENCY_KEY_WAIT_SECONDS = env.number("LLM_CONCURRENCY_KEY_WAIT_SECONDS", 2.0, minimum=0.1)
+LLM_RETRY_DELAY_SCALE = env.number("LLM_RETRY_DELAY_SCALE", 1.0, minimum=0.0)
+LLM_HEARTBEAT_SECONDS = env.number("LLM_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
+LLM_STALE_AFTER_SECONDS = env.number("LLM_STALE_AFTER_SECONDS", 45.0, minimum=1.0)
+LLM_LOST_QUEUE_GRACE_SECONDS = env.number("LLM_LOST_QUEUE_GRACE_SECONDS", 30.0, minimum=0.0)
+LLM_RECONCILE_INTERVAL = env.number("LLM_RECONCILE_INTERVAL", 15.0, minimum=0.1)
 # rq's scheduler polls every second: 15 s is many of its passes, not one late poll.
-LLM_OVERDUE_RETRY_SECONDS = number("LLM_OVERDUE_RETRY_SECONDS", 15.0, minimum=0.0)
-LLM_RECORD_RETRY_SECONDS = number("LLM_RECORD_RETRY_SECONDS", 60.0, minimum=0.0)
-LLM_BREAKER_ENABLED = switch("LLM_BREAKER_ENABLED", True)
+LLM_OVERDUE_RETRY_SECONDS = env.number("LLM_OVERDUE_RETRY_SECONDS", 15.0, minimum=0.0)
+LLM_RECORD_RETRY_SECONDS = env.number("LLM_RECORD_RETRY_SECONDS", 60.0, minimum=0.0)
+LLM_BREAKER_ENABLED = env.switch("LLM_BREAKER_ENABLED", True)
 # One call every 30 s is no load, and dispatch resumes within about a minute of a fix.
-LLM_BREAKER_PROBE_SECONDS = number("LLM_BREAKER_PROBE_SECONDS", 30.0, minimum=1.0)
-LLM_OVERDUE_RETRY_ALERT_SECONDS = number("LLM_OVERDUE_RETRY_ALERT_SECONDS", 120.0, minimum=0.0)
+LLM_BREAKER_PROBE_SECONDS = env.number("LLM_BREAKER_PROBE_SECONDS", 30.0, minimum=1.0)
+LLM_OVERDUE_RETRY_ALERT_SECONDS = env.number("LLM_OVERDUE_RETRY_ALERT_SECONDS", 120.0, minimum=0.0)
 
 # --- Rate limits (ratelimits/, checked in ratelimits/checks.py) ------------------------------
-
-LLM_RATE_LIMIT_ENABLED = switch("LLM_RATE_LIMIT_ENABLED", True)
-LLM_RATE_LIMITS = json_value("LLM_RATE_LIMITS", {})
+LLM_RATE_LIMIT_ENABLED = env.switch("LLM_RATE_LIMIT_ENABLED", True)
+LLM_RATE_LIMITS = env.json_value("LLM_RATE_LIMITS", {})
 # Just under a second: a `retry-after: 1` pause has begun by then, so it is waited out here.
-LLM_RATE_LIMIT_MAX_WAIT_SECONDS = number("LLM_RATE_LIMIT_MAX_WAIT_SECONDS", 0.99, minimum=0.0)
-LLM_RATE_LIMIT_WINDOW_SECONDS = number("LLM_RATE_LIMIT_WINDOW_SECONDS", 60.0, minimum=0.1)
+LLM_RATE_LIMIT_MAX_WAIT_SECONDS = env.number("LLM_RATE_LIMIT_MAX_WAIT_SECONDS", 0.99, minimum=0.0)
+LLM_RATE_LIMIT_WINDOW_SECONDS = env.number("LLM_RATE_LIMIT_WINDOW_SECONDS", 60.0, minimum=0.1)
 # Send-to-arrival jitter: 0.25 s of a 60 s window costs 0.4 % of the limit.
-LLM_RATE_LIMIT_MARGIN_SECONDS = number("LLM_RATE_LIMIT_MARGIN_SECONDS", 0.25, minimum=0.0)
-LLM_RATE_LIMIT_BURST_SECONDS = number("LLM_RATE_LIMIT_BURST_SECONDS", 5.0, minimum=0.0)
-LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS = number(
+LLM_RATE_LIMIT_MARGIN_SECONDS = env.number("LLM_RATE_LIMIT_MARGIN_SECONDS", 0.25, minimum=0.0)
+LLM_RATE_LIMIT_BURST_SECONDS = env.number("LLM_RATE_LIMIT_BURST_SECONDS", 5.0, minimum=0.0)
+LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS = env.number(
     "LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS", 600.0, minimum=0.001
 )
-LLM_RATE_LIMIT_SLOW_START = switch("LLM_RATE_LIMIT_SLOW_START", True)
-LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY = integer("LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY", 4, minimum=1)
-LLM_RATE_LIMIT_LEARNED_TTL_SECONDS = number(
+LLM_RATE_LIMIT_SLOW_START = env.switch("LLM_RATE_LIMIT_SLOW_START", True)
+LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY = env.integer(
+    "LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY", 4, minimum=1
+)
+LLM_RATE_LIMIT_LEARNED_TTL_SECONDS = env.number(
     "LLM_RATE_LIMIT_LEARNED_TTL_SECONDS", 3600.0, minimum=60.0
 )
-LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS = number(
+LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS = env.number(
     "LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS", 5.0, minimum=0.0
 )
-LLM_FEATURE_WEIGHTS = json_value("LLM_FEATURE_WEIGHTS", {})
-LLM_PRIORITY_FEATURES = frozenset(
-    feature.strip() for feature in env.list("LLM_PRIORITY_FEATURES", [], str) if feature.strip()
-)
-LLM_USER_FAIR_SHARE = switch("LLM_USER_FAIR_SHARE", True)
-LLM_USER_MAX_SHARE = number("LLM_USER_MAX_SHARE", 1.0)  # over 0, at most 1 (1: no cap)
+LLM_FEATURE_WEIGHTS = env.json_value("LLM_FEATURE_WEIGHTS", {})
+LLM_PRIORITY_FEATURES = frozenset(env.names("LLM_PRIORITY_FEATURES"))
+LLM_USER_FAIR_SHARE = env.switch("LLM_USER_FAIR_SHARE", True)
+LLM_USER_MAX_SHARE = env.number("LLM_USER_MAX_SHARE", 1.0)  # over 0, at most 1 (1: no cap)
 
 # --- Budgets, observability -------------------------------------------------------------------
-
-LEDGER_FORECAST_WINDOW_HOURS = number("LEDGER_FORECAST_WINDOW_HOURS", 24.0, minimum=0.1)
-
+LEDGER_FORECAST_WINDOW_HOURS = env.number("LEDGER_FORECAST_WINDOW_HOURS", 24.0, minimum=0.1)
 METRICS_TOKEN = env.str("METRICS_TOKEN", "")  # empty: no token is accepted
-METRICS_ALLOWED_NETWORKS = [
-    network.strip() for network in env.list("METRICS_ALLOWED_NETWORKS", [], str) if network.strip()
-]
-
+METRICS_ALLOWED_NETWORKS = env.names("METRICS_ALLOWED_NETWORKS")
 DEMO_USERNAME = env.str("DEMO_USERNAME", "demo")
 DEMO_PASSWORD = env.str("DEMO_PASSWORD", "llmops-demo")
-
-LOG_FORMAT = env.str("LOG_FORMAT", "json")
-if LOG_FORMAT not in ("json", "plain"):  # here, not a check: logging is set up before checks run
-    raise ImproperlyConfigured(f"LOG_FORMAT must be json or plain, not {LOG_FORMAT!r}")
+LOG_FORMAT = env.choice("LOG_FORMAT", "json", ("json", "plain"))  # not a check: read by LOGGING
 LOG_LEVEL = env.str("LOG_LEVEL", "INFO")
 LOGGING = {
     "version": 1,
@@ -348,30 +318,29 @@ LOGGING = {
 }
 
 # --- Alerts (checked in alerts/checks.py) -----------------------------------------------------
-
 ALERT_SEVERITIES = ("WARNING", "ERROR", "CRITICAL")
 ALERT_KINDS = alert_targets.KINDS
-ALERT_ROUTES = json_value("ALERT_ROUTES", {})  # for a severity with no AlertRoute row at all
+ALERT_ROUTES = env.json_value("ALERT_ROUTES", {})  # for a severity with no AlertRoute row at all
 ALERT_PAGERDUTY_EVENTS_URL = env.str(
     "ALERT_PAGERDUTY_EVENTS_URL", "https://events.pagerduty.com/v2/enqueue"
 )
-ALERT_DEDUP_SECONDS = integer("ALERT_DEDUP_SECONDS", 600, minimum=0)
-ALERT_RETRY_SCHEDULE = json_value("ALERT_RETRY_SCHEDULE", [5.0, 30.0, 120.0])
-ALERT_DELIVERY_TIMEOUT = number("ALERT_DELIVERY_TIMEOUT", 10.0, minimum=0.1)
+ALERT_DEDUP_SECONDS = env.integer("ALERT_DEDUP_SECONDS", 600, minimum=0)
+ALERT_RETRY_SCHEDULE = env.json_value("ALERT_RETRY_SCHEDULE", [5.0, 30.0, 120.0])
+ALERT_DELIVERY_TIMEOUT = env.number("ALERT_DELIVERY_TIMEOUT", 10.0, minimum=0.1)
 # Off in production: workers would post wherever a caller points them inside our network.
-CALLBACK_ALLOW_PRIVATE_HOSTS = switch("CALLBACK_ALLOW_PRIVATE_HOSTS", DEBUG)
-ALERT_QUEUE_WAIT_THRESHOLDS = json_value("ALERT_QUEUE_WAIT_THRESHOLDS", {LLM_QUEUE: 60.0})
+CALLBACK_ALLOW_PRIVATE_HOSTS = env.switch("CALLBACK_ALLOW_PRIVATE_HOSTS", DEBUG)
+ALERT_QUEUE_WAIT_THRESHOLDS = env.json_value("ALERT_QUEUE_WAIT_THRESHOLDS", {LLM_QUEUE: 60.0})
 # Resolve only under this fraction of the threshold: a queue hovering at it does not flap.
-ALERT_QUEUE_CLEAR_RATIO = number("ALERT_QUEUE_CLEAR_RATIO", 0.5)
-ALERT_MONITOR_INTERVAL = number("ALERT_MONITOR_INTERVAL", 15.0, minimum=0.1)
-LOOP_ERROR_BACKOFF_SECONDS = number("LOOP_ERROR_BACKOFF_SECONDS", 1.0, minimum=0.01)
-LOOP_ERROR_BACKOFF_MAX_SECONDS = number("LOOP_ERROR_BACKOFF_MAX_SECONDS", 30.0, minimum=0.01)
+ALERT_QUEUE_CLEAR_RATIO = env.number("ALERT_QUEUE_CLEAR_RATIO", 0.5)
+ALERT_MONITOR_INTERVAL = env.number("ALERT_MONITOR_INTERVAL", 15.0, minimum=0.1)
+LOOP_ERROR_BACKOFF_SECONDS = env.number("LOOP_ERROR_BACKOFF_SECONDS", 1.0, minimum=0.01)
+LOOP_ERROR_BACKOFF_MAX_SECONDS = env.number("LOOP_ERROR_BACKOFF_MAX_SECONDS", 30.0, minimum=0.01)
 ALERT_SOURCE = env.str("ALERT_SOURCE", "llmops")  # PagerDuty's payload.source, e.g. llmops-prod
 
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "llmops-alerts@localhost")
 EMAIL_HOST = env.str("EMAIL_HOST", "localhost")
-EMAIL_PORT = integer("EMAIL_PORT", 25, minimum=1)
+EMAIL_PORT = env.integer("EMAIL_PORT", 25, minimum=1)
 EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = env.str("EMAIL_HOST_PASSWORD", "")
-EMAIL_USE_TLS = switch("EMAIL_USE_TLS", False)
+EMAIL_USE_TLS = env.switch("EMAIL_USE_TLS", False)
