@@ -6,6 +6,7 @@ class AlertsConfig(AppConfig):
     name = "alerts"
 
     def ready(self) -> None:
+        from alerts import checks  # noqa: F401 (registers the settings checks)
         from alerts.notifications import failure_handled_hook, failure_recorded_hook
         from dlq.hooks import on_failure
 

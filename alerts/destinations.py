@@ -32,4 +32,6 @@ def destinations_for(*, severity: str) -> list[Destination]:
     if rows:
         # Rows exist, so staff own this severity: a disabled row silences, it does not fall back.
         return [Destination(r.kind, r.target, r.id) for r in rows if r.enabled]
-    return [Destination(d["kind"], d["target"]) for d in settings.ALERT_ROUTES.get(severity, [])]
+    # Targets stripped, as AlertRoute stores them (checked by alerts/checks.py).
+    defaults = settings.ALERT_ROUTES.get(severity, [])
+    return [Destination(d["kind"], d["target"].strip()) for d in defaults]

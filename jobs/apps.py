@@ -6,5 +6,5 @@ class JobsConfig(AppConfig):
     name = "jobs"
 
     def ready(self) -> None:
-        # Registers the live-events subscriber of every LlmJob transition.
-        from jobs import events  # noqa: F401
+        # Registers the live-events subscriber of every LlmJob transition, and the settings checks.
+        from jobs import checks, events  # noqa: F401

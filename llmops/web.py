@@ -104,8 +104,16 @@ def _empty(directory: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmops.settings")
-    # Settings only (no django.setup()): they check the environment before anything starts.
+    # Settings and their checks only (no django.setup()): nothing starts on a bad value.
     from django.conf import settings
+    from django.core.management.base import SystemCheckError
+
+    from llmops.checks import check_settings
+
+    try:
+        check_settings()
+    except SystemCheckError as exc:
+        sys.exit(f"SystemCheckError: {exc}")
 
     workers = int(_option(args, "--workers") or settings.WEB_CONCURRENCY)
     extra = [] if _option(args, "--workers") else ["--workers", str(workers)]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from ratelimits.env_parsers import LIMIT_FIELDS, WILDCARD
+from ratelimits.vocabulary import LIMIT_FIELDS, WILDCARD
 from ratelimits.models import RateLimit
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "configured_limits",
     "feature_weight",
     "is_priority_feature",
+    "settings_limits",
 ]
 
 
@@ -72,7 +73,7 @@ def _admin_rows() -> dict[tuple[str, str], RateLimit]:
 
 def configured_limits(*, provider: str, model: str) -> ConfiguredLimits:
     rows = _admin_rows()
-    configured = settings.LLM_RATE_LIMITS
+    configured = settings_limits()
     candidates: list[tuple[str, dict[str, int | None]]] = []
     for key in (model, WILDCARD):
         row = rows.get((provider, key))
@@ -96,6 +97,11 @@ def configured_limits(*, provider: str, model: str) -> ConfiguredLimits:
         output_tpm=values["output_tpm"],
         sources=tuple(sources),
     )
+
+
+def settings_limits() -> dict[str, dict[str, int]]:
+    """LLM_RATE_LIMITS by model id, spaces around a key ignored (ratelimits/checks.py)."""
+    return {model.strip(): fields for model, fields in settings.LLM_RATE_LIMITS.items()}
 
 
 def feature_weight(feature: str) -> float:

@@ -11,8 +11,8 @@ from django.conf import settings
 from jobs.breaker import PROVIDER
 from llmops.queues import rate_limit_key_pattern, rate_limit_scope_of
 from providers.ratelimit_headers import KINDS
-from ratelimits.configured_limits import ConfiguredLimits, configured_limits
-from ratelimits.env_parsers import LIMIT_FIELDS, WILDCARD
+from ratelimits.configured_limits import ConfiguredLimits, configured_limits, settings_limits
+from ratelimits.vocabulary import LIMIT_FIELDS, WILDCARD
 from ratelimits.limiter import KEY_PARTS, limiter_keys, redis_client
 from ratelimits.models import RateLimit
 
@@ -91,7 +91,7 @@ def _scopes() -> set[tuple[str, str]]:
     scopes = {
         (row.provider, row.model) for row in RateLimit.objects.exclude(model=WILDCARD).only("id")
     }
-    scopes |= {(PROVIDER, model) for model in settings.LLM_RATE_LIMITS if model != WILDCARD}
+    scopes |= {(PROVIDER, model) for model in settings_limits() if model != WILDCARD}
     client = redis_client()
     for part in ("learned", "window", "usage"):
         for key in client.scan_iter(match=rate_limit_key_pattern(part), count=500):

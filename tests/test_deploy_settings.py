@@ -54,6 +54,13 @@ def start_up_error(environment: dict[str, str]) -> str:
     return result.stderr.strip().splitlines()[-1]
 
 
+def settings_check_errors(environment: dict[str, str]) -> str:
+    """What the settings' system checks report (llmops/checks.py); they must fail."""
+    result = run_python(["manage.py", "check", "--tag", "settings"], environment)
+    assert result.returncode != 0, "the settings checks should have failed"
+    return result.stderr
+
+
 def test_it_passes_check_deploy_with_the_documented_production_environment() -> None:
     environment = documented_production_environment()
     assert "DJANGO_DEBUG" not in environment

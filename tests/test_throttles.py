@@ -23,7 +23,7 @@ from llmops.queues import throttle_key
 from llmops.rates import parse_rate
 from tests.conftest import ROOT, job_body, make_user
 from tests.jobs.test_outages import redis_down
-from tests.test_deploy_settings import settings_in, start_up_error
+from tests.test_deploy_settings import settings_check_errors, settings_in
 
 
 def post(client: Any) -> Any:
@@ -197,8 +197,8 @@ def test_the_rate_is_read_from_the_environment_and_checked_at_start_up():
     assert settings_in({"LLM_SUBMIT_THROTTLE_RATE": "off"}, "LLM_SUBMIT_THROTTLE_RATE") == {
         "LLM_SUBMIT_THROTTLE_RATE": "off"
     }
-    error = start_up_error({"LLM_SUBMIT_THROTTLE_RATE": "600 per minute"})
-    assert "ImproperlyConfigured: LLM_SUBMIT_THROTTLE_RATE: '600 per minute' is not a rate" in error
+    error = settings_check_errors({"LLM_SUBMIT_THROTTLE_RATE": "600 per minute"})
+    assert "(jobs.E002) LLM_SUBMIT_THROTTLE_RATE: '600 per minute' is not a rate" in error
 
 
 @pytest.mark.parametrize(

@@ -5,14 +5,14 @@ import time
 
 import django_rq
 import pytest
-from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
+from alerts.checks import queue_clear_ratio_problems
 from alerts.models import Alert, AlertDelivery
 from alerts.queue_health import oldest_wait_seconds, queue_wait_alert_update
-from llmops.settings import queue_clear_ratio_from_env
 from tests.alerts.conftest import ROUTING_KEY, SLACK_PATH, WEBHOOK_PATH
 from tests.conftest import submit
+from tests.test_deploy_settings import settings_in, start_up_error
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
@@ -130,15 +130,13 @@ def test_a_clear_ratio_of_one_resolves_as_soon_as_the_wait_is_back_under(setting
     assert resolve is not None and resolve.action == "resolve"
 
 
-@pytest.mark.parametrize("raw", ["0", "-0.5", "1.5", "nan", "half"])
-def test_a_clear_ratio_outside_0_to_1_stops_start_up(monkeypatch, raw):
-    monkeypatch.setenv("ALERT_QUEUE_CLEAR_RATIO", raw)
-    with pytest.raises(ImproperlyConfigured, match="ALERT_QUEUE_CLEAR_RATIO"):
-        queue_clear_ratio_from_env("ALERT_QUEUE_CLEAR_RATIO")
+@pytest.mark.parametrize("ratio", [0.0, -0.5, 1.5, float("nan")])
+def test_a_clear_ratio_outside_0_to_1_stops_start_up(ratio):
+    [problem] = queue_clear_ratio_problems(ratio)
+    assert problem.startswith("ALERT_QUEUE_CLEAR_RATIO must be over 0 and at most 1")
 
 
-def test_the_clear_ratio_defaults_to_half(monkeypatch):
-    monkeypatch.delenv("ALERT_QUEUE_CLEAR_RATIO", raising=False)
-    assert queue_clear_ratio_from_env("ALERT_QUEUE_CLEAR_RATIO") == 0.5
-    monkeypatch.setenv("ALERT_QUEUE_CLEAR_RATIO", "1")
-    assert queue_clear_ratio_from_env("ALERT_QUEUE_CLEAR_RATIO") == 1.0
+def test_the_clear_ratio_defaults_to_half_and_may_be_1():
+    assert settings_in({}, "ALERT_QUEUE_CLEAR_RATIO") == {"ALERT_QUEUE_CLEAR_RATIO": 0.5}
+    assert queue_clear_ratio_problems(0.5) == queue_clear_ratio_problems(1.0) == []
+    assert "must be a number, not 'half'" in start_up_error({"ALERT_QUEUE_CLEAR_RATIO": "half"})

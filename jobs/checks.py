@@ -1,0 +1,39 @@
+"""System checks of the job path's settings (tag ``settings``, see llmops/checks.py)."""
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, register
+
+from llmops.checks import SETTINGS, errors
+from llmops.rates import parse_rate
+
+__all__ = ["read_timeout_problems", "throttle_rate_problems"]
+
+
+def read_timeout_problems(*, read_timeout: float, job_timeout: float) -> list[str]:
+    if read_timeout >= job_timeout:
+        return ["LLM_PROVIDER_READ_TIMEOUT must stay below LLM_JOB_TIMEOUT"]
+    return []
+
+
+def throttle_rate_problems(rate: str, name: str = "LLM_SUBMIT_THROTTLE_RATE") -> list[str]:
+    try:
+        parse_rate(rate)
+    except ValueError as exc:
+        return [f"{name}: {exc}"]
+    return []
+
+
+@register(SETTINGS)
+def check_job_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    return [
+        *errors(
+            "jobs.E001",
+            read_timeout_problems(
+                read_timeout=settings.LLM_PROVIDER_READ_TIMEOUT,
+                job_timeout=settings.LLM_JOB_TIMEOUT,
+            ),
+        ),
+        *errors("jobs.E002", throttle_rate_problems(settings.LLM_SUBMIT_THROTTLE_RATE)),
+    ]
