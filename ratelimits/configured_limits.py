@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from ratelimits.vocabulary import LIMIT_FIELDS, WILDCARD
 from ratelimits.models import RateLimit
+from ratelimits.vocabulary import LIMIT_FIELDS, WILDCARD
 
 __all__ = [
     "ConfiguredLimits",

@@ -12,9 +12,9 @@ from jobs.breaker import PROVIDER
 from llmops.queues import rate_limit_key_pattern, rate_limit_scope_of
 from providers.ratelimit_headers import KINDS
 from ratelimits.configured_limits import ConfiguredLimits, configured_limits, settings_limits
-from ratelimits.vocabulary import LIMIT_FIELDS, WILDCARD
 from ratelimits.limiter import KEY_PARTS, limiter_keys, redis_client
 from ratelimits.models import RateLimit
+from ratelimits.vocabulary import LIMIT_FIELDS, WILDCARD
 
 __all__ = ["LearnedLimit", "LimitStatus", "rate_limit_statuses"]
 
