@@ -1,6 +1,7 @@
 """The rate-limit settings' vocabulary (pure: no Django models, no Redis).
 
-``ratelimits/checks.py`` checks the settings with it; ``configured_limits.py`` and ``selectors.py`` read them.
+``ratelimits/checks.py`` checks the settings with it; ``configured_limits.py`` and
+``selectors.py`` read them.
 """
 
 import re
