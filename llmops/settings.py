@@ -60,11 +60,12 @@ INSTALLED_APPS = [
     "providers",
     "jobs",
     "ledger",
+    # First of the apps that subscribe to job transitions: counter rows are locked first.
+    "metrics",
     "alerts",
     "dlq",
     "fake_provider",
     "ops",
-    "metrics",
     "ratelimits",
     "batches",
     "pipelines",

@@ -98,8 +98,26 @@ def fake_provider(fake_provider_process: FakeProvider, settings: Any) -> FakePro
     return fake_provider_process
 
 
+_DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "live_server"}
+
+
+def _uses_redis(request: pytest.FixtureRequest) -> bool:
+    """Tests of the database use Redis too (submits enqueue, workers run); a pure test (the
+    retry table, pricing, validation) needs neither, unless marked ``redis``."""
+    node = request.node
+    return bool(
+        node.get_closest_marker("redis")
+        or node.get_closest_marker("django_db")
+        or _DATABASE_FIXTURES.intersection(request.fixturenames)
+    )
+
+
 @pytest.fixture(autouse=True)
-def redis_clean() -> Iterator[None]:
+def redis_clean(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The test's Redis index, empty before and after each test that uses Redis."""
+    if not _uses_redis(request):
+        yield
+        return
     connection = django_rq.get_connection("llm")
     assert connection.connection_pool.connection_kwargs.get("db") == int(
         os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15").rsplit("/", 1)[-1] or 0

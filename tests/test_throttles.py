@@ -128,6 +128,7 @@ print(json.dumps(allowed), flush=True)
 """
 
 
+@pytest.mark.redis
 def test_the_count_is_shared_by_every_process():
     """Four processes, 50 attempts each for one user at 60 a minute: exactly 60 pass, as one
     process alone would allow (DRF's own throttles would let each process pass 60)."""

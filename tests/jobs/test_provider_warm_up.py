@@ -10,6 +10,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PRELUDE = """
@@ -89,6 +91,7 @@ def test_without_warm_up_the_same_call_builds_them(fake_provider: Any) -> None:
     assert "new adapters: 0\n" not in out, out
 
 
+@pytest.mark.redis
 def test_a_work_horse_opens_redis_connections_without_the_metadata_lookup() -> None:
     """A forked child opens its own connections on the shared clients; naming them must not
     read the installed packages' metadata again (about 2 ms a connection)."""
