@@ -17,6 +17,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.pagination import Pagination, uuid_or_not_found
+from api.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors, location_header
+from api.submit_throttles import SubmitThrottle
 from batches.api_schema import SUBMIT_EXAMPLE, BatchSubmitSerializer, BatchSubmittedSerializer
 from batches.models import Batch
 from batches.parsers import BatchJSONParser
@@ -30,9 +33,6 @@ from batches.serializers import BatchOutputSerializer, BatchRowSerializer
 from batches.services import batch_cancel, batch_submit
 from jobs.apis import JobOutputSerializer
 from jobs.models import LlmJob
-from llmops.api_helpers import Pagination, uuid_or_not_found
-from llmops.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors, location_header
-from llmops.throttles import SubmitThrottle
 
 BATCH_ID = OpenApiParameter(
     "batch_id",

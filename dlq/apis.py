@@ -18,11 +18,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from alerts.models import Severity
+from api.errors import ApplicationError, NotFound, ValidationFailed
+from api.schema import PAGE_NOT_FOUND, error_headers, errors
 from dlq.models import FailureRecord
 from dlq.selectors import FILTERS, failure_list
 from dlq.services import failure_close, failure_requeue
-from llmops.errors import ApplicationError, NotFound, ValidationFailed
-from llmops.schema import PAGE_NOT_FOUND, error_headers, errors
 
 
 class FailureJobSerializer(serializers.Serializer):

@@ -17,6 +17,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.pagination import Pagination, uuid_or_not_found
+from api.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors, location_header
+from api.submit_throttles import SubmitThrottle
 from jobs.api_schema import (
     SUBMIT_EXAMPLE,
     JobErrorSerializer,
@@ -28,9 +31,6 @@ from jobs.api_schema import (
 from jobs.models import LlmJob
 from jobs.selectors import job_get_for_user, job_list_for_user
 from jobs.services import job_cancel, job_submit
-from llmops.api_helpers import Pagination, uuid_or_not_found
-from llmops.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors, location_header
-from llmops.throttles import SubmitThrottle
 
 JOB_ID = OpenApiParameter(
     "job_id",

@@ -8,10 +8,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.errors import NotFound
+from api.schema import PAGE_NOT_FOUND, error_headers, errors
 from ledger.forecast import budget_status, budget_statuses
 from ledger.models import Budget
-from llmops.errors import NotFound
-from llmops.schema import PAGE_NOT_FOUND, error_headers, errors
 
 
 def _money(source: str | None = None) -> serializers.DecimalField:

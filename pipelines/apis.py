@@ -18,11 +18,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.pagination import Pagination, uuid_or_not_found
+from api.schema import PAGE_NOT_FOUND, error_headers, errors, location_header
+from api.submit_throttles import SubmitThrottle
 from jobs.api_schema import JobErrorSerializer, JobOutputTextSerializer
 from jobs.models import LlmJob
-from llmops.api_helpers import Pagination, uuid_or_not_found
-from llmops.schema import PAGE_NOT_FOUND, error_headers, errors, location_header
-from llmops.throttles import SubmitThrottle
 from pipelines.api_schema import (
     SUBMIT_EXAMPLE,
     PipelineSubmitSerializer,

@@ -4,7 +4,7 @@ import uuid
 
 from rest_framework.pagination import PageNumberPagination
 
-from llmops.errors import NotFound
+from api.errors import NotFound
 
 __all__ = ["Pagination", "uuid_or_not_found"]
 

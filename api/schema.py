@@ -2,7 +2,7 @@
 
 Each view declares, with ``extend_schema``, the statuses it really answers; the error ones come
 from :func:`errors`, so every error response in the schema is the one body that
-``llmops.errors.exception_handler`` renders, ``{"code", "message", "detail"}``, with the codes
+``api.errors.exception_handler`` renders, ``{"code", "message", "detail"}``, with the codes
 the view may put in it. ``tests/test_api_schema.py`` fuzzes every operation of the schema and
 fails on any status, content type or body the schema does not describe.
 
@@ -37,7 +37,7 @@ __all__ = [
 
 
 class ErrorSerializer(serializers.Serializer):
-    """Every error body (llmops/errors.py)."""
+    """Every error body (api/errors.py)."""
 
     code = serializers.CharField(help_text="Stable and machine-readable: branch on this.")
     message = serializers.CharField(help_text="For people; its wording may change.")
