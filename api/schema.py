@@ -17,8 +17,10 @@ How a view is annotated (jobs/apis.py is the full example)::
     )
     def get(self, request, thing_id): ...
 
-A list paginated by hand sets ``pagination_class`` and answers ``Serializer(many=True)`` with
-``errors({...404: []}, descriptions=PAGE_NOT_FOUND)``; a ``SerializerMethodField`` gets
+A list (``paginated_response`` of api/pagination.py) sets ``pagination_class`` and answers
+``Serializer(many=True)`` with ``errors({...404: []}, descriptions=PAGE_NOT_FOUND)``; a submit
+(``accepted_response`` of api/submits.py) answers ``202`` with ``location_header(...)``, and
+``IDEMPOTENCY_KEY`` where a repeat returns the first object; a ``SerializerMethodField`` gets
 ``@extend_schema_field``; a nested ``InputSerializer`` gets
 ``@extend_schema_serializer(component_name=...)`` so that component names stay unique.
 """
