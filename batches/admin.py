@@ -9,10 +9,10 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from api.errors import ApplicationError
 from batches.models import Batch, BatchItem
 from batches.services import batch_cancel
 from llmops.admin import ReadOnlyAdmin
-from llmops.errors import ApplicationError
 
 __all__ = ["BatchAdmin", "BatchItemAdmin", "progress_bar"]
 

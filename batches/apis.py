@@ -4,7 +4,6 @@ import uuid
 from typing import Any, cast
 
 from django.contrib.auth.models import User
-from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -12,11 +11,16 @@ from drf_spectacular.utils import (
     extend_schema,
     extend_schema_field,
 )
-from rest_framework import serializers, status
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.pagination import Pagination, paginated_response
+from api.path_ids import uuid_or_not_found
+from api.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors, location_header
+from api.submit_throttles import SubmitThrottle
+from api.submits import accepted_response, idempotency_key
 from batches.api_schema import SUBMIT_EXAMPLE, BatchSubmitSerializer, BatchSubmittedSerializer
 from batches.models import Batch
 from batches.parsers import BatchJSONParser
@@ -30,9 +34,6 @@ from batches.serializers import BatchOutputSerializer, BatchRowSerializer
 from batches.services import batch_cancel, batch_submit
 from jobs.apis import JobOutputSerializer
 from jobs.models import LlmJob
-from llmops.api_helpers import Pagination, uuid_or_not_found
-from llmops.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors, location_header
-from llmops.throttles import SubmitThrottle
 
 BATCH_ID = OpenApiParameter(
     "batch_id",
@@ -120,14 +121,9 @@ class BatchListCreateApi(APIView):
         batch, _created = batch_submit(
             user=cast(User, request.user),
             data=request.data,
-            idempotency_key=request.headers.get("Idempotency-Key"),
+            idempotency_key=idempotency_key(request),
         )
-        status_url = reverse("batches:batch-detail", kwargs={"batch_id": batch.id})
-        return Response(
-            {"id": str(batch.id), "status": batch.status, "status_url": status_url},
-            status=status.HTTP_202_ACCEPTED,
-            headers={"Location": request.build_absolute_uri(status_url)},
-        )
+        return accepted_response(request, batch, status_url_name="batches:batch-detail")
 
     @extend_schema(
         operation_id="batches_list",
@@ -142,9 +138,7 @@ class BatchListCreateApi(APIView):
         batches = batch_list_for_user(
             user=cast(User, request.user), status=request.query_params.get("status")
         )
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(batches, request, view=self)
-        return paginator.get_paginated_response(BatchRowSerializer(page, many=True).data)
+        return paginated_response(request, self, batches, BatchRowSerializer)
 
 
 class BatchDetailApi(APIView):
@@ -181,11 +175,15 @@ class BatchJobsApi(APIView):
     def get(self, request: Request, batch_id: str) -> Response:
         batch = batch_get_for_user(user=cast(User, request.user), batch_id=_parse_id(batch_id))
         jobs = batch_jobs(batch=batch, status=request.query_params.get("status"))
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(jobs, request, view=self) or []
-        indexes = batch_item_indexes(batch=batch, job_ids=[job.id for job in page])
-        data = BatchJobSerializer(page, many=True, context={"indexes": indexes}).data
-        return paginator.get_paginated_response(data)
+        return paginated_response(
+            request,
+            self,
+            jobs,
+            BatchJobSerializer,
+            context_for_page=lambda page: {
+                "indexes": batch_item_indexes(batch=batch, job_ids=[job.id for job in page])
+            },
+        )
 
 
 class BatchCancelApi(APIView):

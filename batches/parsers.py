@@ -1,4 +1,4 @@
-from jobs.parsers import LimitedJSONParser
+from api.parsers import LimitedJSONParser
 
 
 class BatchJSONParser(LimitedJSONParser):

@@ -8,9 +8,9 @@ from django.contrib.auth.models import User
 from django.db.models import DecimalField, OuterRef, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
+from api.errors import NotFound, ValidationFailed
 from batches.models import Batch, BatchItem
 from jobs.models import LlmJob
-from llmops.errors import NotFound, ValidationFailed
 
 __all__ = [
     "batch_get_for_user",

@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from rq import Queue
 
+from api.errors import Conflict, ValidationFailed
 from batches.callbacks import callback_record
 from batches.events import flush_progress, progress_on_commit, publish_finished_on_commit
 from batches.models import Batch, BatchItem
@@ -33,7 +34,6 @@ from jobs.admission import idempotency_key_hash
 from jobs.bulk import NewJob, insert_rows, job_requests_validate, jobs_submit_many
 from jobs.models import LlmJob
 from jobs.services import job_cancel
-from llmops.errors import Conflict, ValidationFailed
 from llmops.queues import BATCH_CANCEL_TASK, DEFAULT_QUEUE, batch_cancel_job_id
 from llmops.rq_jobs import rq_job_is_alive, rq_jobs_fetch, rq_jobs_resume
 

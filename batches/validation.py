@@ -8,8 +8,8 @@ from typing import Any
 from django.conf import settings
 
 from alerts.targets import WEBHOOK, callback_address_problem, target_problem
+from api.errors import ValidationFailed
 from jobs.validation import JobRequest
-from llmops.errors import ValidationFailed
 
 __all__ = [
     "BATCH_FIELDS",

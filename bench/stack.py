@@ -90,7 +90,7 @@ class Stack:
         bin_dir = str(Path(sys.executable).parent)
         self.env = {
             # The submit throttle stays in the measured path (its Redis round trip), at a rate no
-            # benchmark reaches: one user submits here for everyone (llmops/throttles.py).
+            # benchmark reaches: one user submits here for everyone (api/submit_throttles.py).
             "LLM_SUBMIT_THROTTLE_RATE": "1000000/min",
             **env,
             "PATH": bin_dir + os.pathsep + env.get("PATH", ""),

@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from alerts.dispatch import LOST_DELIVERY_GRACE_SECONDS, UNALERTED_FAILURE_GRACE_SECONDS
 from alerts.models import AlertDelivery, AlertFingerprint
+from api.errors import LimitExceeded
 from chaos import events
 from chaos.conductor import Conductor, active_faults
 from chaos.plan import DrillOptions, knobs, timeline
@@ -49,7 +50,6 @@ from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from jobs.services import job_submit
 from ledger.services import job_upper_bound_cost
-from llmops.errors import LimitExceeded
 
 __all__ = ["Drill"]
 

@@ -18,11 +18,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from alerts.models import Severity
+from api.errors import ApplicationError, NotFound, ValidationFailed
+from api.pagination import paginated_response
+from api.schema import PAGE_NOT_FOUND, error_headers, errors
 from dlq.models import FailureRecord
 from dlq.selectors import FILTERS, failure_list
 from dlq.services import failure_close, failure_requeue
-from llmops.errors import ApplicationError, NotFound, ValidationFailed
-from llmops.schema import PAGE_NOT_FOUND, error_headers, errors
 
 
 class FailureJobSerializer(serializers.Serializer):
@@ -144,9 +145,7 @@ class FailureListApi(APIView):
     def get(self, request: Request) -> Response:
         filters = {k: str(v) for k, v in request.query_params.items() if k in FILTERS}
         records = failure_list(filters=filters)
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(records, request, view=self)
-        return paginator.get_paginated_response(FailureOutputSerializer(page, many=True).data)
+        return paginated_response(request, self, records, FailureOutputSerializer)
 
 
 class FailureRequeueApi(APIView):

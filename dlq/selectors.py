@@ -5,10 +5,10 @@ from decimal import Decimal
 
 from django.db.models import QuerySet
 
+from api.errors import ValidationFailed
 from dlq.models import FailureRecord
 from ledger.pricing import upper_bound_cost
 from ledger.selectors import price_for_model
-from llmops.errors import ValidationFailed
 
 __all__ = ["RequeueEstimate", "failure_list", "failure_requeue_estimate"]
 

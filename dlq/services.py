@@ -21,6 +21,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 from rq.timeouts import BaseTimeoutException
 
+from api.errors import ApplicationError, Conflict, ValidationFailed
 from dlq.hooks import failure_handled, failure_recorded
 from dlq.models import BulkRequeue, FailureRecord
 from jobs.dead_letter import dead_letter_of
@@ -28,7 +29,6 @@ from jobs.models import LlmJob
 from jobs.services import job_requeue
 from jobs.transitions import Transition
 from ledger.selectors import price_for_model
-from llmops.errors import ApplicationError, Conflict, ValidationFailed
 from llmops.queues import DEFAULT_QUEUE, REQUEUE_MATCHING_TASK, bulk_requeue_job_id
 from llmops.rq_jobs import rq_jobs_resume
 

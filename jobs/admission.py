@@ -8,9 +8,9 @@ import math
 from django.contrib.auth.models import User
 from django.utils import timezone
 
+from api.errors import LimitExceeded, ValidationFailed
 from ledger.budgets import budgets_exhausted_for
 from ledger.selectors import price_for_model
-from llmops.errors import LimitExceeded, ValidationFailed
 from providers.registry import provider_for
 
 __all__ = ["check_against_price_table", "check_budgets_not_spent", "idempotency_key_hash"]

@@ -4,7 +4,6 @@ import uuid
 from typing import cast
 
 from django.contrib.auth.models import User
-from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -12,11 +11,16 @@ from drf_spectacular.utils import (
     extend_schema,
     extend_schema_field,
 )
-from rest_framework import serializers, status
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.pagination import Pagination, paginated_response
+from api.path_ids import uuid_or_not_found
+from api.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors, location_header
+from api.submit_throttles import SubmitThrottle
+from api.submits import accepted_response, idempotency_key
 from jobs.api_schema import (
     SUBMIT_EXAMPLE,
     JobErrorSerializer,
@@ -28,9 +32,6 @@ from jobs.api_schema import (
 from jobs.models import LlmJob
 from jobs.selectors import job_get_for_user, job_list_for_user
 from jobs.services import job_cancel, job_submit
-from llmops.api_helpers import Pagination, uuid_or_not_found
-from llmops.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors, location_header
-from llmops.throttles import SubmitThrottle
 
 JOB_ID = OpenApiParameter(
     "job_id",
@@ -147,14 +148,9 @@ class JobListCreateApi(APIView):
         job, _created = job_submit(
             user=cast(User, request.user),
             data=request.data,
-            idempotency_key=request.headers.get("Idempotency-Key"),
+            idempotency_key=idempotency_key(request),
         )
-        status_url = reverse("jobs:job-detail", kwargs={"job_id": job.id})
-        return Response(
-            {"id": str(job.id), "status": job.status, "status_url": status_url},
-            status=status.HTTP_202_ACCEPTED,
-            headers={"Location": request.build_absolute_uri(status_url)},
-        )
+        return accepted_response(request, job, status_url_name="jobs:job-detail")
 
     @extend_schema(
         operation_id="jobs_list",
@@ -175,9 +171,7 @@ class JobListCreateApi(APIView):
             status=request.query_params.get("status"),
             feature=request.query_params.get("feature"),
         )
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(jobs, request, view=self)
-        return paginator.get_paginated_response(JobOutputSerializer(page, many=True).data)
+        return paginated_response(request, self, jobs, JobOutputSerializer)
 
 
 class JobDetailApi(APIView):

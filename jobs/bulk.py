@@ -31,12 +31,12 @@ from django_rq.queues import get_result_ttl
 from redis.exceptions import RedisError
 from rq import Queue
 
+from api.errors import ApplicationError, ValidationFailed
 from jobs.admission import check_against_price_table, check_budgets_not_spent
 from jobs.models import LlmJob
 from jobs.services import job_build, job_rq_options
 from jobs.transitions import Transition, transitions_committed
 from jobs.validation import JobRequest, validate_job_request
-from llmops.errors import ApplicationError, ValidationFailed
 from llmops.queues import LLM_QUEUE, RUN_LLM_JOB_TASK
 from llmops.redis_clients import queue as rq_queue
 

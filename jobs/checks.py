@@ -5,8 +5,8 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, register
 
+from api.throttle_rates import parse_rate
 from llmops.checks import SETTINGS, errors
-from llmops.rates import parse_rate
 
 __all__ = ["read_timeout_problems", "throttle_rate_problems"]
 

@@ -28,10 +28,10 @@ from channels.utils import await_many_dispatch
 from django.conf import settings
 from redis.exceptions import RedisError
 
+from api.websocket_auth import current_user
 from jobs.models import LlmJob
 from jobs.sockets import socket_register, socket_rejoin, socket_renew, socket_unregister
 from llmops.queues import all_jobs_group, job_events_group, job_group
-from llmops.wsauth import current_user
 
 logger = logging.getLogger("jobs.consumers")
 

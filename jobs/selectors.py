@@ -5,8 +5,8 @@ from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from api.errors import NotFound, ValidationFailed
 from jobs.models import LlmJob
-from llmops.errors import NotFound, ValidationFailed
 
 
 def job_get_for_user(*, user: User, job_id: UUID) -> LlmJob:

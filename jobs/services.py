@@ -29,6 +29,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from api.errors import Conflict, ValidationFailed
 from jobs import breaker
 from jobs.admission import (
     check_against_price_table,
@@ -49,7 +50,6 @@ from ledger.services import (
     cost_entry_correct_late_result,
     cost_entry_record_attempt,
 )
-from llmops.errors import Conflict, ValidationFailed
 from llmops.queues import LLM_QUEUE, RUN_LLM_JOB_TASK
 from llmops.redis_clients import queue as rq_queue
 from ratelimits.configured_limits import is_priority_feature

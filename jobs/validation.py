@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from typing import Any
 
-from llmops.errors import ValidationFailed
+from api.errors import ValidationFailed
 
 __all__ = ["JobRequest", "validate_job_request"]
 

@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
+from api.errors import ApplicationError
 from ledger.reports import report_csv_rows
 from ledger.selectors import (
     REPORT_GROUPS,
@@ -21,7 +22,6 @@ from ledger.selectors import (
     report_range_parse,
     report_user_find,
 )
-from llmops.errors import ApplicationError
 
 __all__ = ["CostReportAdminMixin"]
 

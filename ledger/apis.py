@@ -10,6 +10,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.errors import ApplicationError
+from api.schema import error_headers, errors
 from ledger.selectors import (
     REPORT_GROUPS,
     CostReport,
@@ -17,8 +19,6 @@ from ledger.selectors import (
     report_range_parse,
     report_user_find,
 )
-from llmops.errors import ApplicationError
-from llmops.schema import error_headers, errors
 
 
 def sees_every_users_spend(user: User) -> bool:

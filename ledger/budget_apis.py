@@ -8,10 +8,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.errors import NotFound
+from api.pagination import paginated_response
+from api.schema import PAGE_NOT_FOUND, error_headers, errors
 from ledger.forecast import budget_status, budget_statuses
 from ledger.models import Budget
-from llmops.errors import NotFound
-from llmops.schema import PAGE_NOT_FOUND, error_headers, errors
 
 
 def _money(source: str | None = None) -> serializers.DecimalField:
@@ -82,11 +83,12 @@ class BudgetListApi(APIView):
     )
     def get(self, request: Request) -> Response:
         budgets = Budget.objects.select_related("user").order_by("id")
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(budgets, request, view=self) or []
-        statuses = budget_statuses(budgets=page)
-        return paginator.get_paginated_response(
-            BudgetStatusOutputSerializer(statuses, many=True).data
+        return paginated_response(
+            request,
+            self,
+            budgets,
+            BudgetStatusOutputSerializer,
+            rows_for_page=lambda page: budget_statuses(budgets=page),
         )
 
 

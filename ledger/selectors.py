@@ -11,10 +11,10 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from api.errors import ValidationFailed
 from dlq.models import FailureRecord
 from ledger.config_cache import config_snapshot
 from ledger.models import CostEntry, ModelPrice
-from llmops.errors import ValidationFailed
 
 
 def price_for_model(*, model: str, at: datetime | None = None) -> ModelPrice | None:

@@ -16,15 +16,15 @@ if settings.SERVE_STATIC:
 
     http_application = ASGIStaticFilesHandler(http_application)
 
-from llmops.body_limits import BodyLimitMiddleware  # noqa: E402
+from api.body_limits import BodyLimitMiddleware  # noqa: E402
 
-# Outermost: Django reads a whole body before anything else of ours runs (llmops/body_limits.py).
+# Outermost: Django reads a whole body before anything else of ours runs (api/body_limits.py).
 http_application = BodyLimitMiddleware(http_application)
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from api.websocket_auth import token_or_session_ws  # noqa: E402
 from jobs.ws_urls import websocket_urlpatterns  # noqa: E402
-from llmops.wsauth import token_or_session_ws  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

@@ -91,7 +91,7 @@ def rate_limit_scope_of(key: str) -> tuple[str, str] | None:
 
 
 def throttle_key(scope: str, user_id: object) -> str:
-    """One user's request count in one throttle scope (llmops/throttles.py)."""
+    """One user's request count in one throttle scope (api/submit_throttles.py)."""
     return f"{KEY_PREFIX}throttle:{scope}:{user_id}"
 
 

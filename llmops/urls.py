@@ -3,12 +3,12 @@ from django.contrib.auth.views import LoginView
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from api.apis import MeApi
 from jobs.views import live_page
-from llmops.apis import MeApi
 from ops.rq_dashboard import rq_dashboard_urlpatterns
 
-# Under /api/, a URL no view matches answers the API's JSON error body (llmops/errors.py).
-handler404 = "llmops.errors.not_found"
+# Under /api/, a URL no view matches answers the API's JSON error body (api/errors.py).
+handler404 = "api.errors.not_found"
 
 urlpatterns = [
     # Staff-only admin pages of ops; before the admin, whose catch-all would answer first.

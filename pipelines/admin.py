@@ -6,9 +6,9 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from api.errors import Conflict
 from jobs.models import LlmJob
 from llmops.admin import ReadOnlyAdmin
-from llmops.errors import Conflict
 from pipelines.models import Pipeline, PipelineStep
 from pipelines.services import pipeline_cancel
 

@@ -5,7 +5,6 @@ from decimal import Decimal
 from typing import cast
 
 from django.contrib.auth.models import User
-from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -13,16 +12,18 @@ from drf_spectacular.utils import (
     extend_schema,
     extend_schema_field,
 )
-from rest_framework import serializers, status
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.pagination import Pagination, paginated_response
+from api.path_ids import uuid_or_not_found
+from api.schema import PAGE_NOT_FOUND, error_headers, errors, location_header
+from api.submit_throttles import SubmitThrottle
+from api.submits import accepted_response
 from jobs.api_schema import JobErrorSerializer, JobOutputTextSerializer
 from jobs.models import LlmJob
-from llmops.api_helpers import Pagination, uuid_or_not_found
-from llmops.schema import PAGE_NOT_FOUND, error_headers, errors, location_header
-from llmops.throttles import SubmitThrottle
 from pipelines.api_schema import (
     SUBMIT_EXAMPLE,
     PipelineSubmitSerializer,
@@ -200,12 +201,7 @@ class PipelineListCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         pipeline = pipeline_create(user=cast(User, request.user), data=request.data)
-        status_url = reverse("pipelines:pipeline-detail", kwargs={"pipeline_id": pipeline.id})
-        return Response(
-            {"id": str(pipeline.id), "status": pipeline.status, "status_url": status_url},
-            status=status.HTTP_202_ACCEPTED,
-            headers={"Location": request.build_absolute_uri(status_url)},
-        )
+        return accepted_response(request, pipeline, status_url_name="pipelines:pipeline-detail")
 
     @extend_schema(
         operation_id="pipelines_list",
@@ -220,9 +216,7 @@ class PipelineListCreateApi(APIView):
         pipelines = pipeline_list_for_user(
             user=cast(User, request.user), status=request.query_params.get("status")
         )
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(pipelines, request, view=self)
-        return paginator.get_paginated_response(PipelineRowSerializer(page, many=True).data)
+        return paginated_response(request, self, pipelines, PipelineRowSerializer)
 
 
 class PipelineDetailApi(APIView):

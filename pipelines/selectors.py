@@ -5,8 +5,8 @@ from django.contrib.auth.models import User
 from django.db.models import DecimalField, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce
 
+from api.errors import NotFound, ValidationFailed
 from jobs.models import LlmJob
-from llmops.errors import NotFound, ValidationFailed
 from pipelines.models import Pipeline, PipelineStep
 
 __all__ = ["pipeline_get_for_user", "pipeline_list_for_user", "pipeline_steps"]

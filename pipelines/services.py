@@ -21,10 +21,10 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from api.errors import ApplicationError, Conflict
 from jobs.models import LlmJob
 from jobs.services import job_cancel, job_submit
 from jobs.transitions import Transition
-from llmops.errors import ApplicationError, Conflict
 from pipelines import events
 from pipelines.models import Pipeline, PipelineStep
 from pipelines.placeholders import fill_previous

@@ -11,9 +11,9 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 
+from api.errors import LimitExceeded, ValidationFailed
 from jobs.admission import check_against_price_table, check_budgets_not_spent
 from jobs.validation import validate_job_request
-from llmops.errors import LimitExceeded, ValidationFailed
 from pipelines.placeholders import uses_previous
 
 __all__ = ["MARKER_KEY", "MAX_NAME_LENGTH", "PipelineRequest", "validate_pipeline_request"]

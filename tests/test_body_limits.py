@@ -1,4 +1,4 @@
-"""Every request body has a bound (llmops/body_limits.py): the ASGI layer refuses a declared or
+"""Every request body has a bound (api/body_limits.py): the ASGI layer refuses a declared or
 streamed body over its view's limit with 413 ``request_too_large`` before Django reads it, every
 API view parses only through a bounded parser, and WebSocket messages are bounded by the server
 and by the consumer.
@@ -22,10 +22,10 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.authtoken.models import Token
 from rest_framework.views import APIView
 
+from api.body_limits import body_limit_for_path, body_limit_for_view
+from api.parsers import LimitedJSONParser
 from jobs.models import LlmJob
-from jobs.parsers import LimitedJSONParser
 from llmops.asgi import application
-from llmops.body_limits import body_limit_for_path, body_limit_for_view
 from tests.conftest import job_body, make_user
 
 

@@ -1,4 +1,4 @@
-"""Per-user submit throttling (llmops/throttles.py): 429 ``throttled`` with ``Retry-After`` past
+"""Per-user submit throttling (api/submit_throttles.py): 429 ``throttled`` with ``Retry-After`` past
 the rate, one count per user shared by every process (real Redis, real separate processes and
 the Procfile's web line in two worker processes), reads never throttled, off when configured,
 and open when Redis is down (submit keeps answering 202)."""
@@ -18,9 +18,9 @@ import httpx
 import pytest
 from rest_framework.authtoken.models import Token
 
+from api.throttle_rates import parse_rate
 from jobs.models import LlmJob
 from llmops.queues import throttle_key
-from llmops.rates import parse_rate
 from tests.conftest import ROOT, job_body, make_user
 from tests.jobs.test_outages import redis_down
 from tests.test_deploy_settings import settings_check_errors, settings_in
@@ -100,11 +100,11 @@ def test_off_turns_the_throttle_off_without_touching_redis(alice_client, setting
 def test_redis_down_lets_every_submit_through_and_says_so(alice_client, settings, caplog):
     settings.LLM_SUBMIT_THROTTLE_RATE = "1/min"
 
-    with caplog.at_level(logging.WARNING, logger="llmops.throttles"), redis_down(settings):
+    with caplog.at_level(logging.WARNING, logger="api.submit_throttles"), redis_down(settings):
         statuses = [post(alice_client).status_code for _ in range(3)]
 
     assert statuses == [202, 202, 202]
-    warnings = [r.getMessage() for r in caplog.records if r.name == "llmops.throttles"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "api.submit_throttles"]
     assert len(warnings) == 3
     assert warnings[0].startswith("throttle submit not checked, request let through: Redis")
 
@@ -115,7 +115,7 @@ _ATTEMPTS = """
 import json, sys, time, types
 import django
 django.setup()
-from llmops.throttles import SubmitThrottle
+from api.submit_throttles import SubmitThrottle
 user = types.SimpleNamespace(pk=int(sys.argv[1]), is_authenticated=True)
 request = types.SimpleNamespace(method="POST", user=user)
 print("ready", flush=True)

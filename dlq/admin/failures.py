@@ -21,6 +21,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
+from api.errors import ApplicationError
 from batches.admin_filters import BatchFilter
 from dlq.admin.filters import AgeFilter, AttemptsFilter, CommentForm, CostFilter, ModelChoiceForm
 from dlq.models import BulkRequeue, FailureRecord
@@ -28,7 +29,6 @@ from dlq.selectors import failure_requeue_estimate
 from dlq.services import bulk_requeue_start, failure_close, failure_requeue
 from jobs.models import LlmJob
 from ledger.selectors import cost_entries_for_job
-from llmops.errors import ApplicationError
 
 
 def large_columns(model: type[Model], prefix: str = "") -> list[str]:

@@ -9,6 +9,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from rq.job import Job
 
+from api.errors import ValidationFailed
 from dlq import services
 from dlq.models import BulkRequeue, FailureRecord
 from dlq.services import (
@@ -19,7 +20,6 @@ from dlq.services import (
     failure_requeue,
 )
 from jobs.models import LlmJob
-from llmops.errors import ValidationFailed
 from llmops.queues import DEFAULT_QUEUE, LLM_QUEUE, bulk_requeue_job_id
 from tests.conftest import Workers, make_user, submit
 

@@ -18,7 +18,7 @@ def _imported_modules(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("app", ["jobs", "ledger", "alerts", "llmops", "providers"])
+@pytest.mark.parametrize("app", ["jobs", "ledger", "alerts", "llmops", "api", "providers"])
 def test_it_is_imported_by_no_product_app(app):
     offenders = [
         str(path.relative_to(ROOT))

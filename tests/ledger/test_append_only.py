@@ -95,7 +95,7 @@ def test_it_refuses_instance_delete_and_save(entry):
 
 
 def test_the_error_is_a_programming_error_not_an_application_error():
-    from llmops.errors import ApplicationError
+    from api.errors import ApplicationError
 
     assert not issubclass(LedgerIsAppendOnly, ApplicationError)
 

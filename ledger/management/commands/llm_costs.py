@@ -5,9 +5,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from api.errors import ApplicationError
 from ledger.reports import report_csv_rows
 from ledger.selectors import REPORT_GROUPS, cost_report, report_range_parse, report_user_find
-from llmops.errors import ApplicationError
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ A user may make ``LLM_SUBMIT_THROTTLE_RATE`` submits (``600/min`` by default; ``
 off) across all submit endpoints together: they share the scope ``submit``, so a client cannot
 double its rate by spreading over jobs, batches and pipelines. Only writes count: ``GET`` on the
 same view (the job list) is never throttled. Over the rate, DRF answers ``429`` with the code
-``throttled`` and ``Retry-After`` in whole seconds (llmops/errors.py).
+``throttled`` and ``Retry-After`` in whole seconds (api/errors.py).
 
 The count lives in Redis, in one hash per user and scope (``llmops.queues.throttle_key``), kept by
 one Lua script on Redis's clock: the web line runs several uvicorn processes (llmops/web.py),
@@ -36,8 +36,8 @@ from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
+from api.throttle_rates import parse_rate
 from llmops.queues import LLM_QUEUE, throttle_key
-from llmops.rates import parse_rate
 from llmops.redis_clients import queue_connection
 
 __all__ = ["SubmitThrottle", "UserRateThrottle"]

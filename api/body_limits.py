@@ -11,7 +11,7 @@ limit before reading anything, counts a body as it arrives, and answers
 
 The limit of a request is its view's:
 
-- a DRF view: the largest limit its parsers name (``limit_setting`` of jobs/parsers.py's
+- a DRF view: the largest limit its parsers name (``limit_setting`` of api/parsers.py's
   ``LimitedJSONParser``, the default parser of the whole API: ``LLM_MAX_REQUEST_BYTES``; a view
   that takes larger bodies, such as the batch endpoint, names a parser with a setting of its
   own, and this layer follows). The parser checks the same limit again, so that the bound holds

@@ -6,7 +6,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from llmops.schema import error_headers, errors
+from api.schema import error_headers, errors
 
 __all__ = ["MeApi"]
 

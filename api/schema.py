@@ -2,7 +2,7 @@
 
 Each view declares, with ``extend_schema``, the statuses it really answers; the error ones come
 from :func:`errors`, so every error response in the schema is the one body that
-``llmops.errors.exception_handler`` renders, ``{"code", "message", "detail"}``, with the codes
+``api.errors.exception_handler`` renders, ``{"code", "message", "detail"}``, with the codes
 the view may put in it. ``tests/test_api_schema.py`` fuzzes every operation of the schema and
 fails on any status, content type or body the schema does not describe.
 
@@ -17,8 +17,10 @@ How a view is annotated (jobs/apis.py is the full example)::
     )
     def get(self, request, thing_id): ...
 
-A list paginated by hand sets ``pagination_class`` and answers ``Serializer(many=True)`` with
-``errors({...404: []}, descriptions=PAGE_NOT_FOUND)``; a ``SerializerMethodField`` gets
+A list (``paginated_response`` of api/pagination.py) sets ``pagination_class`` and answers
+``Serializer(many=True)`` with ``errors({...404: []}, descriptions=PAGE_NOT_FOUND)``; a submit
+(``accepted_response`` of api/submits.py) answers ``202`` with ``location_header(...)``, and
+``IDEMPOTENCY_KEY`` where a repeat returns the first object; a ``SerializerMethodField`` gets
 ``@extend_schema_field``; a nested ``InputSerializer`` gets
 ``@extend_schema_serializer(component_name=...)`` so that component names stay unique.
 """
@@ -37,7 +39,7 @@ __all__ = [
 
 
 class ErrorSerializer(serializers.Serializer):
-    """Every error body (llmops/errors.py)."""
+    """Every error body (api/errors.py)."""
 
     code = serializers.CharField(help_text="Stable and machine-readable: branch on this.")
     message = serializers.CharField(help_text="For people; its wording may change.")

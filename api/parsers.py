@@ -1,10 +1,14 @@
+"""The API's JSON parser: a body over its limit is refused (``413 request_too_large``) before
+it is decoded. ``limit_setting`` names the limit; api/body_limits.py reads it too, so the ASGI
+layer refuses such a body before Django reads it."""
+
 from io import BytesIO
 from typing import Any
 
 from django.conf import settings
 from rest_framework.parsers import JSONParser
 
-from llmops.errors import RequestTooLarge
+from api.errors import RequestTooLarge
 
 
 class LimitedJSONParser(JSONParser):
