@@ -185,8 +185,9 @@ def test_the_reconciler_releases_a_reservation_no_copy_claimed_and_that_copy_can
 
 
 def test_a_losing_copy_of_a_job_releases_its_own_reservation_not_the_winners(
-    alice_client, fake_provider
+    alice_client, fake_provider, settings
 ):
+    settings.LLM_PROVIDER_READ_TIMEOUT = 15.0  # the winner's 5 s call must not time out
     bound = one_job_bound(alice_client)
     budget = feature_budget(limit_usd=bound * Decimal("2.5"))
     fake_provider.faults({}, latency_ms="5000")
