@@ -46,8 +46,8 @@ EVAL = "10m"
 
 
 def app_defaults() -> dict[str, Any]:
-    """The settings' defaults, from an import of llmops.settings with no ALERT_* or LLM_*
-    variable set: what ships, whatever this test process was started with."""
+    """The settings' defaults, from an import of llmops.settings in an empty environment: what
+    ships, whatever this test process was started with."""
     code = (
         "import json, llmops.settings as s; "
         "print(json.dumps({'queue_wait': s.ALERT_QUEUE_WAIT_THRESHOLDS}))"
