@@ -19,9 +19,18 @@ from alerts.destinations import destinations_for
 from alerts.models import Alert, AlertFingerprint, Severity
 from alerts.notifications import alert_create, condition_alert_update, trigger_destinations
 
-__all__ = ["QueueWait", "oldest_wait_seconds", "queue_health_check", "queue_wait_alert_update"]
+__all__ = [
+    "QUEUE_WAIT_SEVERITY",
+    "QueueWait",
+    "oldest_wait_seconds",
+    "queue_health_check",
+    "queue_wait_alert_update",
+]
 
 logger = logging.getLogger(__name__)
+
+QUEUE_WAIT_SEVERITY = Severity.WARNING
+"""A queue that waits too long warns; the Prometheus rule on the same wait uses the same."""
 
 # Ids at the head of the list whose job hash expired or was deleted are skipped; looking a few
 # deep is enough, since a worker drops such ids as it reaches them.
@@ -95,7 +104,7 @@ def queue_wait_alert_update(
     fingerprint = f"queue_wait:{queue_name}"
     alert = condition_alert_update(
         fingerprint=fingerprint,
-        severity=Severity.WARNING,
+        severity=QUEUE_WAIT_SEVERITY,
         decide=lambda state: _queue_wait_decide(
             state=state,
             fingerprint=fingerprint,
@@ -131,7 +140,7 @@ def _queue_wait_decide(
         assert oldest_wait_seconds is not None
         alert = alert_create(
             fingerprint=fingerprint,
-            severity=Severity.WARNING,
+            severity=QUEUE_WAIT_SEVERITY,
             action=Alert.Action.TRIGGER,
             source="queue_health",
             title=f"Queue {queue_name}: oldest job waiting {oldest_wait_seconds:.0f}s",
@@ -151,7 +160,7 @@ def _queue_wait_decide(
         )
         alert = alert_create(
             fingerprint=fingerprint,
-            severity=Severity.WARNING,
+            severity=QUEUE_WAIT_SEVERITY,
             action=Alert.Action.RESOLVE,
             source="queue_health",
             title=f"Cleared: queue {queue_name} is back under {clear_below_seconds:g}s",

@@ -27,6 +27,7 @@ from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 from django.conf import settings
 from redis.exceptions import RedisError
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from api.websocket_auth import current_user
 from jobs.models import LlmJob
@@ -238,17 +239,20 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
     async def _receive_from_layer(self) -> dict[str, Any]:
         """channels-redis's receive, again after a Redis error instead of ending the socket: the
         next check rejoins the group once Redis is back, and tells the client to catch up."""
-        delay = 0.1
-        while True:
-            try:
-                message: dict[str, Any] = await self.channel_layer.receive(self.channel_name)
-                return message
-            except _LAYER_ERRORS as exc:
-                if not self.layer_lost:
-                    logger.warning("socket %s lost the channel layer: %r", self.channel_name, exc)
-                self.layer_lost = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _LAYER_RETRY_CAP_SECONDS)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(_LAYER_ERRORS),
+            # 0.1 s, doubled after each failure, at most _LAYER_RETRY_CAP_SECONDS; never gives up.
+            wait=wait_exponential(multiplier=0.1, max=_LAYER_RETRY_CAP_SECONDS),
+            before_sleep=self._on_layer_error,
+        )
+        message: dict[str, Any] = await retrying(self.channel_layer.receive, self.channel_name)
+        return message
+
+    def _on_layer_error(self, state: RetryCallState) -> None:
+        if not self.layer_lost:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            logger.warning("socket %s lost the channel layer: %r", self.channel_name, exc)
+        self.layer_lost = True
 
     async def _until_stopped(self) -> dict[str, Any]:
         await self.stopped.wait()

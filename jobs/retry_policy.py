@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_SCHEDULES",
     "Classification",
     "Decision",
+    "classification_of",
     "classify",
     "decide",
     "schedules",
@@ -118,6 +119,11 @@ def classify(
         message=message,
     )
     return _CLASSES[reason]
+
+
+def classification_of(reason_code: str) -> Classification:
+    """The class and severity of a reason code (KeyError for a code the table lacks)."""
+    return _CLASSES[reason_code]
 
 
 def schedules() -> dict[str, tuple[float, ...]]:

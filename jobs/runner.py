@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
 from django.utils import timezone
 from redis.exceptions import LockError, RedisError
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from jobs.breaker import breaker_close, breaker_gate
 from jobs.concurrency_keys import slot_acquire, slot_extend, slot_release
@@ -423,17 +424,22 @@ def _persist(write: Callable[[], T], *, until: float | None = None) -> T:
     ``LLM_RECORD_RETRY_SECONDS`` from now); the reconciler then recovers the attempt as of
     unknown outcome."""
     deadline = until if until is not None else time.monotonic() + settings.LLM_RECORD_RETRY_SECONDS
-    delay = 0.5
-    while True:
-        try:
-            return write()
-        except DatabaseError:
-            if time.monotonic() + delay > deadline:
-                raise
-            logger.warning("recording an attempt failed on the database; retrying", exc_info=True)
-            connection.close()
-            time.sleep(delay)
-            delay = min(delay * 2, 10)
+    retrying = Retrying(
+        retry=retry_if_exception_type(DatabaseError),
+        # 0.5 s, doubled after each failure, at most 10 s between two tries.
+        wait=wait_exponential(multiplier=0.5, max=10),
+        # Never a wait that would end past the deadline: the last error is raised instead.
+        stop=lambda state: time.monotonic() + state.upcoming_sleep > deadline,
+        before_sleep=_before_persist_retry,
+        reraise=True,
+    )
+    return retrying(write)
+
+
+def _before_persist_retry(state: RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome is not None else None
+    logger.warning("recording an attempt failed on the database; retrying", exc_info=error)
+    connection.close()
 
 
 def failure_from_outcome(outcome: ProviderOutcome) -> AttemptFailure:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from jobs.models import LlmJob
 
 __all__ = [
+    "BUDGET_ALERT_SEVERITIES",
     "BudgetRefusal",
     "BudgetUsage",
     "Reservation",
@@ -56,6 +57,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+BUDGET_ALERT_SEVERITIES = {"soft": "WARNING", "exhausted": "ERROR"}
+"""The severity of each budget alert. ERROR, not CRITICAL, for an exhausted budget: it is the cap
+staff chose, working. The Prometheus rules use the same (tests/ops/test_alert_paths_agree.py)."""
 
 RESERVATION_WAIT_SECONDS = 5.0
 """A job that would fit once the calls in flight settle waits this long (no attempt used)."""
@@ -475,7 +480,7 @@ def _alert_soft_once(window: BudgetWindow, usage: BudgetUsage) -> None:
     budget = usage.budget
     _alert(
         kind="soft",
-        severity="WARNING",
+        severity=BUDGET_ALERT_SEVERITIES["soft"],
         usage=usage,
         title=(
             f"Budget {budget.name} at {usage.percent_used}% of ${budget.limit_usd} "
@@ -498,7 +503,7 @@ def _alert_exhausted_once(window: BudgetWindow, usage: BudgetUsage) -> None:
     action = "held until the reset" if budget.on_exceed == Budget.OnExceed.DEFER else "rejected"
     _alert(
         kind="exhausted",
-        severity="ERROR",
+        severity=BUDGET_ALERT_SEVERITIES["exhausted"],
         usage=usage,
         title=f"Budget {budget.name} exhausted: ${usage.spent_usd} of ${budget.limit_usd}",
         body=(
