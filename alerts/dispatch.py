@@ -31,7 +31,7 @@ from llmops.queues import (
     FINGERPRINT_CHECK_TASK,
     alert_for_failure_job_id,
 )
-from llmops.rq_jobs import rq_jobs_resume
+from runtime.rq_jobs import rq_jobs_resume
 
 __all__ = [
     "alert_deliveries_resume",

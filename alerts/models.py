@@ -176,8 +176,9 @@ class AlertDelivery(models.Model):
 class LoopHeartbeat(models.Model):
     """When a long-running loop command (reconciler, monitor, ...) last finished a pass.
 
-    Each loop writes its own row after every pass; the loop health check raises an ERROR alert
-    for a loop that has not passed for three of its intervals, and resolves it once it passes.
+    Each loop writes its own row after every pass; the loop health check (loops/loop_health.py)
+    raises an ERROR alert for a loop that has not passed for three of its intervals, and resolves
+    it once it passes.
     """
 
     name = models.CharField(max_length=64, unique=True)

@@ -38,7 +38,7 @@ from rest_framework.views import APIView
 
 from api.throttle_rates import parse_rate
 from llmops.queues import LLM_QUEUE, throttle_key
-from llmops.redis_clients import queue_connection
+from runtime.redis_clients import queue_connection
 
 __all__ = ["SubmitThrottle", "UserRateThrottle"]
 

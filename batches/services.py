@@ -35,7 +35,7 @@ from jobs.bulk import NewJob, insert_rows, job_requests_validate, jobs_submit_ma
 from jobs.models import LlmJob
 from jobs.services import job_cancel
 from llmops.queues import BATCH_CANCEL_TASK, DEFAULT_QUEUE, batch_cancel_job_id
-from llmops.rq_jobs import rq_job_is_alive, rq_jobs_fetch, rq_jobs_resume
+from runtime.rq_jobs import rq_job_is_alive, rq_jobs_fetch, rq_jobs_resume
 
 __all__ = [
     "CANCEL_CHUNK",

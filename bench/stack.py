@@ -36,7 +36,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-RESPAWN = ["python", "-m", "llmops.respawn", "--"]
+RESPAWN = ["python", "-m", "runtime.respawn", "--"]
 
 
 def procfile_command(name: str, *, port: int | None = None, respawn: bool = True) -> list[str]:

@@ -8,7 +8,7 @@ drill's loop and does whatever is due at ``t`` seconds, without ever blocking fo
   then the key is "fixed" (the 401s stop) and the breaker closed through ``breaker_close``, as
   staff do with the admin action;
 - kill -9 of the llm worker that runs the rq scheduler, once it has calls in flight, then
-  watching llmops.respawn start it again;
+  watching runtime.respawn start it again;
 - FLUSHDB, noting who held the scheduler lock and which jobs were waiting;
 - the faults of chaos/faults.py: trickle, budget, reconciler, kill-waiting, revoke.
 """

@@ -1,6 +1,6 @@
 """The processes a drill starts, and making sure none of them outlives it.
 
-Each Procfile line is started as honcho starts it (under ``llmops.respawn``, the virtualenv's
+Each Procfile line is started as honcho starts it (under ``runtime.respawn``, the virtualenv's
 ``bin`` first on PATH), in a session of its own, its output in a log file. The respawn wrapper
 runs its command in yet another process group, and rq forks a scheduler process, so stopping by
 group is not enough: ``stop`` sends SIGTERM to each wrapper (a warm shutdown of its command),
@@ -24,7 +24,7 @@ from django.conf import settings
 __all__ = ["Process", "Stack", "descendants", "free_port", "procfile_command", "wait_until"]
 
 ROOT = Path(settings.BASE_DIR)
-RESPAWN = ["python", "-m", "llmops.respawn", "--"]
+RESPAWN = ["python", "-m", "runtime.respawn", "--"]
 STOP_SECONDS = 40.0
 """A warm shutdown waits for the calls in flight (a long call takes 15 s) before SIGKILL."""
 

@@ -32,7 +32,7 @@ class KillEvent:
     """Whether the killed worker ran the llm queue's rq scheduler (it should)."""
     jobs_in_flight: list[str] = field(default_factory=list)
     restarted_after: float | None = None
-    """Seconds until llmops.respawn had started the worker again."""
+    """Seconds until runtime.respawn had started the worker again."""
 
 
 @dataclass

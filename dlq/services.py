@@ -30,7 +30,7 @@ from jobs.services import job_requeue
 from jobs.transitions import Transition
 from ledger.selectors import price_for_model
 from llmops.queues import DEFAULT_QUEUE, REQUEUE_MATCHING_TASK, bulk_requeue_job_id
-from llmops.rq_jobs import rq_jobs_resume
+from runtime.rq_jobs import rq_jobs_resume
 
 __all__ = [
     "BULK_REQUEUE_BATCH",

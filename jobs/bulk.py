@@ -38,7 +38,7 @@ from jobs.services import job_build, job_rq_options
 from jobs.transitions import Transition, transitions_committed
 from jobs.validation import JobRequest, validate_job_request
 from llmops.queues import LLM_QUEUE, RUN_LLM_JOB_TASK
-from llmops.redis_clients import queue as rq_queue
+from runtime.redis_clients import queue as rq_queue
 
 __all__ = [
     "ENQUEUE_CHUNK",

@@ -16,7 +16,7 @@ from django.conf import settings
 from redis import Redis
 
 from llmops.queues import LLM_QUEUE, concurrency_key_slots_key
-from llmops.redis_clients import queue_connection
+from runtime.redis_clients import queue_connection
 
 __all__ = ["slot_acquire", "slot_extend", "slot_release"]
 

@@ -40,7 +40,7 @@ from jobs.models import LlmJob
 from jobs.services import job_enqueue_again, job_recover
 from ledger.budgets import budget_release_unclaimed
 from llmops.queues import LLM_QUEUE, job_lock_key
-from llmops.rq_jobs import (
+from runtime.rq_jobs import (
     rq_job_awaits_scheduler,
     rq_job_is_alive,
     rq_jobs_abandoned,

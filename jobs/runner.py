@@ -39,10 +39,8 @@ from jobs.timeouts import job_timeout_for
 from ledger.budgets import BudgetRefusal, budget_release, budget_reserve
 from ledger.models import CostEntry
 from ledger.services import AttemptRecord
-from llmops.db_connections import release_connection, slot_wait_limit
 from llmops.logs import bind_log_context, log_context
 from llmops.queues import LLM_QUEUE, job_lock_key
-from llmops.redis_clients import queue_connection
 from providers.base import ProviderOutcome, ProviderRequest
 from providers.call_deadline import CallDeadline
 from providers.ratelimit_headers import MAX_PAUSE_SECONDS
@@ -54,6 +52,8 @@ from ratelimits.services import (
     rate_limit_sent,
     rate_limit_settle,
 )
+from runtime.db_connections import release_connection, slot_wait_limit
+from runtime.redis_clients import queue_connection
 
 __all__ = ["failure_from_outcome", "job_run"]
 
@@ -185,7 +185,7 @@ class _Heartbeat:
                 logger.exception("job %s: heartbeat could not extend its slot", self.job_id)
         try:
             # A beat waits for a database slot no longer than a beat: the next one must
-            # extend the lock in time (llmops/db_connections.py).
+            # extend the lock in time (runtime/db_connections.py).
             with slot_wait_limit(settings.LLM_HEARTBEAT_SECONDS):
                 LlmJob.objects.filter(id=self.job_id, status=LlmJob.Status.RUNNING).update(
                     heartbeat_at=timezone.now()

@@ -51,8 +51,8 @@ from ledger.services import (
     cost_entry_record_attempt,
 )
 from llmops.queues import LLM_QUEUE, RUN_LLM_JOB_TASK
-from llmops.redis_clients import queue as rq_queue
 from ratelimits.configured_limits import is_priority_feature
+from runtime.redis_clients import queue as rq_queue
 
 __all__ = [
     "AttemptFailure",

@@ -34,7 +34,7 @@ from redis.exceptions import RedisError
 
 from ledger.models import Budget, ModelPrice
 from llmops.queues import LLM_QUEUE, config_token_key
-from llmops.redis_clients import queue_connection
+from runtime.redis_clients import queue_connection
 
 __all__ = ["Snapshot", "config_changed", "config_snapshot"]
 

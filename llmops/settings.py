@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "ratelimits",
     "batches",
     "pipelines",
+    "loops",
 ]
 
 MIDDLEWARE = [
@@ -202,7 +203,7 @@ CHANNEL_LAYERS = {
 }
 JOB_EVENTS_PUBLISH_TIMEOUT = env.number("JOB_EVENTS_PUBLISH_TIMEOUT", 1.0, minimum=0.05)
 
-RQ = {"WORKER_CLASS": "llmops.workers.LlmWorker"}
+RQ = {"WORKER_CLASS": "runtime.workers.LlmWorker"}
 LLM_WORKER_CONCURRENCY = env.integer("LLM_WORKER_CONCURRENCY", 32, minimum=1)
 LLM_WORKER_DB_CONNECTIONS = env.integer("LLM_WORKER_DB_CONNECTIONS", 8, minimum=1)
 WORKER_NICE = env.integer("WORKER_NICE", 10, minimum=0)  # the API keeps the CPU (bench/submit.py)

@@ -156,7 +156,7 @@ def _database_gauges() -> Iterator[Metric]:
 
 
 def _redis_gauges() -> Iterator[Metric]:
-    from alerts.queue_health import oldest_wait_seconds
+    from loops.queue_health import oldest_wait_seconds
 
     depth = GaugeMetricFamily("llm_queue_depth", "Jobs waiting in each queue.", labels=["queue"])
     oldest = GaugeMetricFamily(

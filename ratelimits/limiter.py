@@ -33,7 +33,7 @@ from redis import Redis
 from redis.commands.core import Script
 
 from llmops.queues import LLM_QUEUE, rate_limit_key
-from llmops.redis_clients import queue_connection
+from runtime.redis_clients import queue_connection
 
 __all__ = [
     "KEY_PARTS",
@@ -87,7 +87,7 @@ def _script(name: str) -> Script:
 
 def redis_client() -> Redis:
     """The llm queue's client, shared by every limiter call of this process
-    (llmops/redis_clients.py): one connection pool, which a forked child replaces on its own."""
+    (runtime/redis_clients.py): one connection pool, which a forked child replaces on its own."""
     return queue_connection(LLM_QUEUE)
 
 

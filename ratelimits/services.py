@@ -18,13 +18,13 @@ from redis.exceptions import RedisError
 from jobs.breaker import PROVIDER
 from jobs.models import LlmJob
 from ledger.pricing import estimate_input_tokens
-from llmops.db_connections import release_connection
 from providers.base import ProviderOutcome
 from providers.errors import failure_reason
 from providers.ratelimit_headers import MAX_PAUSE_SECONDS, learned_from_headers, pause_after_429
 from ratelimits.configured_limits import config_cache_clear, configured_limits
 from ratelimits.limiter import limiter_mark_sent, limiter_reserve, limiter_settle
 from ratelimits.models import RateLimit
+from runtime.db_connections import release_connection
 
 __all__ = [
     "RateLimitGrant",

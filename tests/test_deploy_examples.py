@@ -30,7 +30,7 @@ SUPERVISORD = ROOT / "deploy" / "supervisord" / "llmops.conf"
 SYSTEMD = ROOT / "deploy" / "systemd"
 CHECKOUT = "/srv/llmops"
 VENV_PYTHON = f"{CHECKOUT}/.venv/bin/python"
-RESPAWN = "python -m llmops.respawn -- "
+RESPAWN = "python -m runtime.respawn -- "
 
 # The longest an RQ job of ours may run with the default settings, from the code that sets each
 # timeout. The background bulk requeue and batch cancel (BULK_REQUEUE_JOB_TIMEOUT and batches'
@@ -166,7 +166,7 @@ def test_systemd_has_a_unit_per_procfile_process_with_the_procfile_command():
     for name, command in procfile().items():
         service = read_unit(unit_file(name))["Service"]
         exec_start = service["ExecStart"]
-        assert exec_start.startswith(f"{VENV_PYTHON} -m llmops.respawn -- python "), exec_start
+        assert exec_start.startswith(f"{VENV_PYTHON} -m runtime.respawn -- python "), exec_start
         if "sh -c" in command:
             assert core(exec_start) == core(command)
         else:

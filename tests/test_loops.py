@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.db import OperationalError, connection
 
 from alerts.models import Alert, LoopHeartbeat
-from llmops.loops import LoopCommand, error_backoff_seconds
+from loops.command import LoopCommand, error_backoff_seconds
 from tests.conftest import ROOT, _free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -215,7 +215,7 @@ def test_a_database_error_in_a_pass_is_survived_on_a_fresh_connection(settings, 
             loop.request_stop()
 
     loop = ScriptedLoop(script)
-    with caplog.at_level("INFO", logger="llmops.loops"):
+    with caplog.at_level("INFO", logger="loops.command"):
         run_loop(loop, "--loop", "--interval", "0.05")
     assert loop.passes == 4
     # Looping, each pass's report is a log line of its own.

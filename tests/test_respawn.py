@@ -1,4 +1,4 @@
-"""llmops.respawn: a command that exits is started again; SIGTERM stops it and the wrapper."""
+"""runtime.respawn: a command that exits is started again; SIGTERM stops it and the wrapper."""
 
 import os
 import signal
@@ -66,7 +66,7 @@ def wrap(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
 
     def start(mode: str) -> subprocess.Popen[bytes]:
         process = subprocess.Popen(
-            [sys.executable, "-m", "llmops.respawn", "--name", "child", "--"]
+            [sys.executable, "-m", "runtime.respawn", "--name", "child", "--"]
             + [sys.executable, "-c", CHILD, str(tmp_path / "child.log"), mode],
             cwd=ROOT,
             stderr=subprocess.PIPE,
@@ -133,6 +133,6 @@ def test_the_command_dies_with_a_wrapper_killed_outright(wrap, tmp_path):
 
 def test_no_command_is_a_usage_error():
     result = subprocess.run(
-        [sys.executable, "-m", "llmops.respawn", "--"], cwd=ROOT, capture_output=True, timeout=30
+        [sys.executable, "-m", "runtime.respawn", "--"], cwd=ROOT, capture_output=True, timeout=30
     )
     assert result.returncode == 2 and b"no command given" in result.stderr

@@ -1,4 +1,4 @@
-"""Workers yield the CPU to the web processes on a shared host (WORKER_NICE, llmops/workers.py):
+"""Workers yield the CPU to the web processes on a shared host (WORKER_NICE, runtime/workers.py):
 real `manage.py rqworker` processes, as the Procfile starts them, take the configured niceness."""
 
 import os

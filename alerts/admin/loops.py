@@ -5,9 +5,9 @@ from datetime import timedelta
 from django.contrib import admin
 from django.utils import timezone
 
-from alerts.loop_health import STALLED_AFTER_INTERVALS
 from alerts.models import LoopHeartbeat
 from llmops.admin import ReadOnlyAdmin
+from loops.loop_health import STALLED_AFTER_INTERVALS
 
 
 @admin.register(LoopHeartbeat)

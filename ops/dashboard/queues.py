@@ -15,9 +15,9 @@ from rq import Worker
 from rq.job import Job
 from rq.worker import BaseWorker
 
-from alerts.queue_health import oldest_wait_seconds
 from jobs.models import LlmJob
 from llmops.queues import ALERTS_QUEUE, DEFAULT_QUEUE, LLM_QUEUE, QUEUE_NAMES, RUN_LLM_JOB_TASK
+from loops.queue_health import oldest_wait_seconds
 from ops.dashboard.database import as_seconds, nearest_rank
 from ops.dashboard.defaults import PERCENTS, RQ_TIMING_SAMPLE
 
@@ -102,7 +102,7 @@ def _queue_state(name: str) -> dict:
 
 def _workers() -> list[dict]:
     """Every worker listening on one of our queues, and every job it is running: one for a
-    forking worker, up to its ``concurrency`` for a threaded one (llmops/threaded_worker.py).
+    forking worker, up to its ``concurrency`` for a threaded one (runtime/threaded_worker.py).
     Both list their jobs in rq's own execution index of the worker (``rq:worker:<name>:executions``,
     kept by ``prepare_execution`` and the execution's cleanup); the LlmJob behind an llm RQ job
     links to its admin page."""

@@ -6,7 +6,8 @@ import pytest
 from django.db import OperationalError
 from django.utils import timezone
 
-from alerts.loop_health import (
+from alerts.models import Alert, AlertFingerprint, LoopHeartbeat
+from loops.loop_health import (
     error_summary,
     loop_error_record,
     loop_health_check,
@@ -14,7 +15,6 @@ from alerts.loop_health import (
     loop_start_record,
     loop_stop_record,
 )
-from alerts.models import Alert, AlertFingerprint, LoopHeartbeat
 from tests.alerts.conftest import ROUTING_KEY, SLACK_PATH, WEBHOOK_PATH
 
 pytestmark = pytest.mark.django_db(transaction=True)

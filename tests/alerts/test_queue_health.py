@@ -9,7 +9,7 @@ from django.core.management import call_command
 
 from alerts.checks import queue_clear_ratio_problems
 from alerts.models import Alert, AlertDelivery
-from alerts.queue_health import oldest_wait_seconds, queue_wait_alert_update
+from loops.queue_health import oldest_wait_seconds, queue_wait_alert_update
 from tests.alerts.conftest import ROUTING_KEY, SLACK_PATH, WEBHOOK_PATH
 from tests.conftest import submit
 from tests.test_deploy_settings import settings_in, start_up_error

@@ -9,8 +9,8 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from alerts.models import Alert
-from alerts.retry_health import retry_overdue_check
 from jobs.models import LlmJob
+from loops.retry_health import retry_overdue_check
 from tests.alerts.conftest import SLACK_PATH
 from tests.conftest import submit
 

@@ -1,6 +1,6 @@
 """Every wait on the job path has a bound besides the call's own deadline: Redis commands (a
 socket timeout on every client of the queues, the workers and the job path) and a thread-pool
-worker's wait for a database connection slot (llmops/db_connections.py). On the real stack:
+worker's wait for a database connection slot (runtime/db_connections.py). On the real stack:
 real Redis, MariaDB and `manage.py rqworker` processes.
 """
 
@@ -19,7 +19,7 @@ from rq.command import send_shutdown_command
 from rq.job import JobStatus
 
 from llmops.queues import LLM_QUEUE
-from llmops.redis_clients import queue_connection
+from runtime.redis_clients import queue_connection
 from tests.conftest import FakeProvider
 from tests.jobs.test_takeover import Processes, wait_for, worker_env
 

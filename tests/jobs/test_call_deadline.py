@@ -33,11 +33,11 @@ from jobs.timeouts import job_timeout_for
 from ledger.models import Budget, BudgetReservation, CostEntry
 from ledger.services import job_upper_bound_cost
 from llmops.queues import LLM_QUEUE, concurrency_key_slots_key, job_lock_key
-from llmops.threaded_worker import SHUTDOWN_MARGIN_SECONDS
 from providers.base import ProviderOutcome, ProviderRequest
 from providers.call_deadline import CallDeadline
 from providers.limits import call_deadline_for
 from providers.registry import get_provider
+from runtime.threaded_worker import SHUTDOWN_MARGIN_SECONDS
 from tests.conftest import FakeProvider, submit
 from tests.jobs.test_takeover import Processes, requests_seen, wait_for, worker_env
 

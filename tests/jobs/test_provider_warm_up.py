@@ -99,7 +99,7 @@ def test_a_work_horse_opens_redis_connections_without_the_metadata_lookup() -> N
         """
         import redis.utils
         from llmops.queues import LLM_QUEUE
-        from llmops.redis_clients import queue_connection
+        from runtime.redis_clients import queue_connection
         from ratelimits.limiter import redis_client
 
         client = queue_connection(LLM_QUEUE)

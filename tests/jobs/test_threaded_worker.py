@@ -1,4 +1,4 @@
-"""The llm worker runs many calls at once on threads of one process (llmops/threaded_worker.py),
+"""The llm worker runs many calls at once on threads of one process (runtime/threaded_worker.py),
 and keeps every guarantee of rq's forking worker. On the real stack: real `manage.py rqworker`
 processes, the fake provider over HTTP, MariaDB and Redis.
 
@@ -38,8 +38,8 @@ from jobs.models import LlmJob
 from jobs.reconciler import reconcile_jobs
 from ledger.models import CostEntry
 from llmops.queues import LLM_QUEUE, job_lock_key
-from llmops.threaded_worker import NoDeathPenalty
-from llmops.workers import LlmWorker, PreloadingWorker, ThreadedLlmWorker
+from runtime.threaded_worker import NoDeathPenalty
+from runtime.workers import LlmWorker, PreloadingWorker, ThreadedLlmWorker
 from tests.conftest import ROOT, FakeProvider, submit
 from tests.jobs.test_reconciler import kill_process_tree
 from tests.jobs.test_takeover import Processes, billed, requests_seen, wait_for, worker_env

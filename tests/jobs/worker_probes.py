@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db import connection
 
-from llmops import db_connections
+from runtime import db_connections
 
 
 def hold_a_database_connection(seconds: float) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from ledger.budgets import budgets_for
 from ledger.models import Budget, ModelPrice
 from ledger.selectors import price_for_model
 from llmops.queues import LLM_QUEUE, config_token_key
-from llmops.redis_clients import queue_connection
+from runtime.redis_clients import queue_connection
 from tests.conftest import ROOT, make_user
 from tests.jobs.test_reconciler import _env_for_subprocess
 

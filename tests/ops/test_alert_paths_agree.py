@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.queue_health import QUEUE_WAIT_SEVERITY
 from jobs.breaker import ACCOUNT_WIDE_REASONS, PROVIDER
 from jobs.models import Severity
 from jobs.retry_policy import classification_of
 from ledger.budgets import BUDGET_ALERT_SEVERITIES
 from ledger.models import Budget
+from loops.queue_health import QUEUE_WAIT_SEVERITY
 from metrics.collector import LlmCollector
 
 ROOT = Path(__file__).resolve().parent.parent.parent

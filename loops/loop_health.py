@@ -1,6 +1,6 @@
 """Loop health: every long-running loop notes its passes, and every loop watches the others.
 
-Each loop command (``llmops/loops.py``) writes its ``LoopHeartbeat`` row when it starts and
+Each loop command (``loops/command.py``) writes its ``LoopHeartbeat`` row when it starts and
 after every pass, notes its last error when a pass fails, and clears ``last_pass_at`` when it
 is stopped on purpose (SIGTERM/SIGINT). Each pass of each loop then runs
 ``loop_health_check``: a loop that has not passed for three of its intervals (hung, crashing

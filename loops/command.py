@@ -7,7 +7,7 @@ further failure, at most LOOP_ERROR_BACKOFF_MAX_SECONDS or the interval), drops 
 connections and tries again. Its start and each finished pass are recorded in the heartbeat
 row, a stop on SIGTERM/SIGINT (between passes) clears it, and every pass of every loop runs the
 loop health check, so that loops watch each other: a loop that has not passed for three
-intervals raises an ERROR alert (``alerts/loop_health.py``).
+intervals raises an ERROR alert (``loops/loop_health.py``).
 
 Without ``--loop`` a command runs one pass and lets errors raise: the exit code tells.
 """
@@ -28,7 +28,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import Error as DatabaseError
 from django.db import close_old_connections, connections
 
-from alerts.loop_health import (
+from loops.loop_health import (
     error_summary,
     loop_error_record,
     loop_health_check,

@@ -1,5 +1,5 @@
 from jobs.reconciler import reconcile_jobs
-from llmops.loops import LoopCommand
+from loops.command import LoopCommand
 
 
 class Command(LoopCommand):

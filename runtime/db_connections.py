@@ -3,7 +3,7 @@
 Django opens one connection per thread and keeps it open (``CONN_MAX_AGE``). A worker running
 200 calls at once on threads would hold 200 connections, plus one per job's heartbeat thread,
 well past MariaDB's default ``max_connections`` of 151, while nearly all of them sit idle waiting
-on the provider. So a threaded worker process (llmops/threaded_worker.py) calls ``install``: from
+on the provider. So a threaded worker process (runtime/threaded_worker.py) calls ``install``: from
 then on a thread may hold open connections only while it holds one of
 ``LLM_WORKER_DB_CONNECTIONS`` slots. A thread's first open connection takes a slot (waiting for
 one when all are taken); closing its last one gives the slot back. The runner closes its

@@ -1,11 +1,11 @@
 from alerts.dispatch import alert_deliveries_resume, alert_failures_resume
 from alerts.notifications import alert_failure_incidents_check
-from alerts.queue_health import queue_health_check
-from alerts.retry_health import retry_overdue_check
 from batches.callbacks import callbacks_resume
 from batches.services import batch_cancels_resume
 from dlq.services import bulk_requeues_resume
-from llmops.loops import LoopCommand
+from loops.command import LoopCommand
+from loops.queue_health import queue_health_check
+from loops.retry_health import retry_overdue_check
 
 
 class Command(LoopCommand):

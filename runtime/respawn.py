@@ -1,7 +1,7 @@
 """Run a command, and start it again whenever it exits, so that one failing process never takes
 the others down: honcho (``make run``) stops every process as soon as any one of them exits.
 
-    python -m llmops.respawn [--name NAME] -- <command> [arg ...]
+    python -m runtime.respawn [--name NAME] -- <command> [arg ...]
 
 Whatever the exit (a crash, ``kill -9``, a clean exit code), the command starts again after a
 back-off: 1 s, doubled after each exit up to 30 s, and back to 1 s once a run lasted 60 s, so that
@@ -132,7 +132,7 @@ class Respawner:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m llmops.respawn",
+        prog="python -m runtime.respawn",
         description="Run a command and start it again whenever it exits.",
     )
     parser.add_argument("--name", default="", help="How log lines name the command.")
@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        parser.error("no command given: python -m llmops.respawn -- <command> [arg ...]")
+        parser.error("no command given: python -m runtime.respawn -- <command> [arg ...]")
     respawner = Respawner(command, args.name or " ".join(" ".join(command).split())[:60])
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, respawner.on_signal)

@@ -1,7 +1,7 @@
 """The RQ worker class every `manage.py rqworker` uses (settings.RQ["WORKER_CLASS"]): `LlmWorker`.
 
 A worker on the `llm` queue alone runs up to `LLM_WORKER_CONCURRENCY` jobs at once on threads
-(llmops/threaded_worker.py): an LLM call waits seconds on the network, and a process per call in
+(runtime/threaded_worker.py): an LLM call waits seconds on the network, and a process per call in
 flight would cost a whole interpreter each. Every other worker (`rqworker default alerts`), and
 the llm worker with `LLM_WORKER_CONCURRENCY=1`, is rq's forking worker: alert deliveries rely on
 rq's own job timeouts, which only a work horse process can enforce.
@@ -16,8 +16,8 @@ from django.conf import settings
 from rq import Worker
 
 from llmops.queues import LLM_QUEUE
-from llmops.redis_clients import named_once
-from llmops.threaded_worker import ThreadedWorker
+from runtime.redis_clients import named_once
+from runtime.threaded_worker import ThreadedWorker
 
 __all__ = [
     "LlmWorker",
