@@ -13,7 +13,9 @@ for alerts too.
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import django_rq
 from django.conf import settings
@@ -62,29 +64,41 @@ def deliveries_enqueue(*, delivery_ids: list[int], attempt: int = 1) -> None:
 
 def alert_deliveries_resume(*, grace_seconds: float = LOST_DELIVERY_GRACE_SECONDS) -> int:
     """Enqueue again the pending deliveries whose attempt is long overdue: Redis lost the RQ
-    job (flush, failover) or it was never pushed. Returns how many were resumed.
+    job (flush, failover) or it was never pushed. Returns how many were resumed."""
+    return overdue_deliveries_resume(
+        AlertDelivery,
+        grace_seconds=grace_seconds,
+        enqueue=lambda delivery_id, attempt: deliveries_enqueue(
+            delivery_ids=[delivery_id], attempt=attempt
+        ),
+        what="alert deliveries",
+    )
+
+
+def overdue_deliveries_resume(
+    model: Any, *, grace_seconds: float, enqueue: Callable[[Any, int], None], what: str
+) -> int:
+    """Enqueue again the pending rows of a delivery ``model`` (``state``, ``attempts``,
+    ``next_attempt_at``: alert deliveries, batch callbacks) whose attempt is long overdue.
 
     The database is the source of truth; a duplicate of a job that was only late is harmless,
     because an attempt is claimed by (state, attempts) and the second copy sends nothing.
     """
     now = timezone.now()
-    overdue = AlertDelivery.objects.filter(
-        state=AlertDelivery.State.PENDING,
+    overdue = model.objects.filter(
+        state=model.State.PENDING,
         next_attempt_at__lt=now - timedelta(seconds=grace_seconds),
     ).values_list("id", "attempts", "next_attempt_at")
     resumed = 0
     for delivery_id, attempts, due in overdue:
         # Conditional, so that two monitors resume a delivery once.
-        if AlertDelivery.objects.filter(
-            id=delivery_id,
-            state=AlertDelivery.State.PENDING,
-            attempts=attempts,
-            next_attempt_at=due,
+        if model.objects.filter(
+            id=delivery_id, state=model.State.PENDING, attempts=attempts, next_attempt_at=due
         ).update(next_attempt_at=now):
-            deliveries_enqueue(delivery_ids=[delivery_id], attempt=attempts + 1)
+            enqueue(delivery_id, attempts + 1)
             resumed += 1
     if resumed:
-        logger.warning("resumed %s alert deliveries whose RQ job was lost", resumed)
+        logger.warning("resumed %s %s whose RQ job was lost", resumed, what)
     return resumed
 
 

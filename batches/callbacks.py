@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from alerts.delivery import DeliveryError, post_callback
+from alerts.dispatch import overdue_deliveries_resume
 from alerts.targets import WEBHOOK, redact_target, scrub
 from batches.models import Batch, BatchCallbackDelivery
 from llmops.queues import ALERTS_QUEUE, DELIVER_CALLBACK_TASK
@@ -171,27 +172,10 @@ def _record_attempt(
 
 def callbacks_resume(*, grace_seconds: float = LOST_CALLBACK_GRACE_SECONDS) -> int:
     """Enqueue again the pending callbacks whose attempt is long overdue: Redis lost the RQ job
-    (flush, failover) or it was never pushed. Returns how many were resumed.
-
-    A duplicate of a job that was only late is harmless: an attempt is claimed by (state,
-    attempts), and the second copy sends nothing.
-    """
-    now = timezone.now()
-    overdue = BatchCallbackDelivery.objects.filter(
-        state=BatchCallbackDelivery.State.PENDING,
-        next_attempt_at__lt=now - timedelta(seconds=grace_seconds),
-    ).values_list("id", "attempts", "next_attempt_at")
-    resumed = 0
-    for delivery_id, attempts, due in overdue:
-        # Conditional, so that two monitors resume a delivery once.
-        if BatchCallbackDelivery.objects.filter(
-            id=delivery_id,
-            state=BatchCallbackDelivery.State.PENDING,
-            attempts=attempts,
-            next_attempt_at=due,
-        ).update(next_attempt_at=now):
-            _enqueue(delivery_id=delivery_id, attempt=attempts + 1)
-            resumed += 1
-    if resumed:
-        logger.warning("resumed %s batch callbacks whose RQ job was lost", resumed)
-    return resumed
+    (flush, failover) or it was never pushed. Returns how many were resumed."""
+    return overdue_deliveries_resume(
+        BatchCallbackDelivery,
+        grace_seconds=grace_seconds,
+        enqueue=lambda delivery_id, attempt: _enqueue(delivery_id=delivery_id, attempt=attempt),
+        what="batch callbacks",
+    )
