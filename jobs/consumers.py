@@ -54,10 +54,6 @@ _FAILED_CHECKS_BEFORE_CLOSE = 3
 """Checks in a row that could not run (database or Redis down) before the socket closes 1011: a
 blip keeps it open, but access is never kept unchecked for long."""
 _LAYER_RETRY_CAP_SECONDS = 5.0
-_CANCEL_AGAIN_SECONDS = 0.2
-_CANCEL_AGAIN_TIMES = 50
-"""How often, and how many times, a channel-layer receive that swallowed its cancellation is
-cancelled again (redis/redis-py#2028)."""
 
 _LAYER_ERRORS = (RedisError, OSError)
 
@@ -249,35 +245,8 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
             wait=wait_exponential(multiplier=0.1, max=_LAYER_RETRY_CAP_SECONDS),
             before_sleep=self._on_layer_error,
         )
-        message: dict[str, Any] = await retrying(self._layer_receive)
+        message: dict[str, Any] = await retrying(self.channel_layer.receive, self.channel_name)
         return message
-
-    async def _layer_receive(self) -> dict[str, Any]:
-        """One channel-layer receive, in a task of its own that is cancelled until it ends.
-
-        redis-py can swallow a cancellation that lands as a blocking command (channels-redis's
-        BZPOPMIN) answers (redis/redis-py#2028): the receive then goes on polling forever, and
-        the socket's clean-up (and a server's shutdown) waits on it. A cancel that lands at
-        another moment is delivered, so it is repeated, a moment apart, until the task ends."""
-        receiving = asyncio.ensure_future(self.channel_layer.receive(self.channel_name))
-        try:
-            return await asyncio.shield(receiving)
-        except asyncio.CancelledError:
-            # Cancelled again meanwhile (a consumer's clean-up cancels what it waits on too): go
-            # on until the receive ends, for a bounded time.
-            for _ in range(_CANCEL_AGAIN_TIMES):
-                if receiving.done():
-                    break
-                receiving.cancel()
-                try:
-                    await asyncio.wait({receiving}, timeout=_CANCEL_AGAIN_SECONDS)
-                except asyncio.CancelledError:
-                    pass
-            else:
-                logger.warning(
-                    "socket %s: its channel-layer receive would not end", self.channel_name
-                )
-            raise
 
     def _on_layer_error(self, state: RetryCallState) -> None:
         if not self.layer_lost:

@@ -181,7 +181,8 @@ LLM_JOB_TIMEOUT_MARGIN = env.number("LLM_JOB_TIMEOUT_MARGIN", 30.0, minimum=1.0)
 CHANNEL_LAYER_SOCKET_TIMEOUT = env.number("CHANNEL_LAYER_SOCKET_TIMEOUT", 15.0, minimum=7.0)
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        # channels-redis, with a receive that ends when cancelled (jobs/channel_layer.py).
+        "BACKEND": "jobs.channel_layer.RedisChannelLayer",
         "CONFIG": {
             "hosts": [
                 {

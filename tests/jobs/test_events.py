@@ -229,7 +229,20 @@ def test_every_socket_task_ends_when_cancelled_even_mid_receive(alice):
             pending = [t for t in asyncio.all_tasks() if t is not me]
             for task in pending:
                 task.cancel()
-            _, stuck = await asyncio.wait(pending, timeout=8)
-            assert not stuck, stuck
+            _, stuck = await asyncio.wait(pending, timeout=15)
+            assert not stuck, [_awaiting(task) for task in stuck]
 
     async_to_sync(scenario)()
+
+
+def _awaiting(task: asyncio.Task[Any]) -> list[str]:
+    """Where a task waits: each coroutine of its chain, outermost first."""
+    chain, coro = [repr(task)[:120]], task.get_coro()
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None)
+        if frame is None:
+            chain.append(repr(coro)[:160])
+            break
+        chain.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None)
+    return chain
