@@ -6,6 +6,7 @@ import time
 
 import django_rq
 import pytest
+from django.utils import timezone
 
 from jobs.models import LlmJob
 from ledger.models import Budget, CostEntry
@@ -66,6 +67,7 @@ def test_a_longer_wait_holds_the_job_with_no_attempt_used(
 
 def test_a_held_retry_keeps_its_attempt_count(alice_client, workers, fake_provider, settings):
     settings.LLM_RATE_LIMITS = {"claude-sonnet-4-6": {"rpm": 1}}
+    settings.LLM_RATE_LIMIT_WINDOW_SECONDS = 6.0  # the retry comes well within it, however slow
     fake_provider.faults({"500": 1.0}, for_seconds=0.5)
     job = submit(alice_client)
     workers.work_once()  # attempt 1 fails with a 500: a retry is scheduled
@@ -73,11 +75,12 @@ def test_a_held_retry_keeps_its_attempt_count(alice_client, workers, fake_provid
     assert (job.status, job.attempts) == ("retrying", 1)
     time.sleep(0.5)
     workers.release_scheduled()
-    workers.work_once()  # the retry finds the window full (1 call in 2 s): held
+    workers.work_once()  # the retry finds the window full (1 call in 6 s): held
     job.refresh_from_db()
     assert (job.status, job.attempts) == ("retrying", 1)
     assert CostEntry.objects.filter(job=job).count() == 1
-    time.sleep(1.6)
+    # The hold moved the row's next attempt to its paced slot: it runs then.
+    time.sleep(max(0.0, (job.next_attempt_at - timezone.now()).total_seconds()) + 0.1)
     workers.release_scheduled()
     workers.work_once()
     job.refresh_from_db()
