@@ -8,8 +8,7 @@ from pathlib import Path
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from alerts import targets as alert_targets
-from llmops.env import DEVELOPMENT_SECRET_KEY as DEVELOPMENT_SECRET_KEY
-from llmops.env import env, with_socket_timeouts
+from llmops.env import DEVELOPMENT_SECRET_KEY, env, with_socket_timeouts  # noqa: F401
 from llmops.queues import ALERTS_QUEUE, DEFAULT_QUEUE, KEY_PREFIX, LLM_QUEUE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -60,8 +59,7 @@ INSTALLED_APPS = [
     "providers",
     "jobs",
     "ledger",
-    # First of the apps that subscribe to job transitions: counter rows are locked first.
-    "metrics",
+    "metrics",  # the first transition subscriber: counter rows are locked first
     "alerts",
     "dlq",
     "fake_provider",
@@ -181,8 +179,7 @@ LLM_JOB_TIMEOUT_MARGIN = env.number("LLM_JOB_TIMEOUT_MARGIN", 30.0, minimum=1.0)
 CHANNEL_LAYER_SOCKET_TIMEOUT = env.number("CHANNEL_LAYER_SOCKET_TIMEOUT", 15.0, minimum=7.0)
 CHANNEL_LAYERS = {
     "default": {
-        # channels-redis, with a receive that ends when cancelled (jobs/channel_layer.py).
-        "BACKEND": "jobs.channel_layer.RedisChannelLayer",
+        "BACKEND": "jobs.channel_layer.RedisChannelLayer",  # channels-redis, cancellable receive
         "CONFIG": {
             "hosts": [
                 {
