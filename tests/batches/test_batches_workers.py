@@ -13,6 +13,7 @@ import time
 from decimal import Decimal
 from typing import Any
 
+import django_rq
 import pytest
 from django.db.models import Count, Sum
 
@@ -54,13 +55,34 @@ def start_workers(
 
 
 def finished(batch: Batch, processes: Processes, *, timeout: float) -> Batch:
-    wait_for(
-        lambda: Batch.objects.filter(id=batch.id, finished_at__isnull=False).exists(),
-        timeout=timeout,
-        what=f"batch to finish\n{processes.logs()}",
-        every=0.25,
-    )
+    try:
+        wait_for(
+            lambda: Batch.objects.filter(id=batch.id, finished_at__isnull=False).exists(),
+            timeout=timeout,
+            what="batch to finish",
+            every=0.25,
+        )
+    except AssertionError as unfinished:
+        raise AssertionError(
+            f"{unfinished}\n{_where_it_stands(batch)}\n{processes.logs()}"
+        ) from None
     return Batch.objects.get(id=batch.id)
+
+
+def _where_it_stands(batch: Batch) -> str:
+    """What an unfinished batch's jobs and its RQ jobs were doing (for a timeout's message)."""
+    queue = django_rq.get_queue("llm")
+    stuck = LlmJob.objects.filter(batch_items__batch=batch, batch_items__runs_job=True).exclude(
+        status__in=["completed", "failed", "cancelled"]
+    )
+    rows = list(stuck.values_list("id", "status", "attempts", "next_attempt_at", "rq_job_id")[:10])
+    counters = Batch.objects.filter(id=batch.id).values().first()
+    return (
+        f"jobs by status: {items_by_job_status(batch)}; not final (first 10): {rows}; "
+        f"llm queue {queue.count}, scheduled {queue.scheduled_job_registry.count}, "
+        f"started {queue.started_job_registry.count}; "
+        f"scheduler lock: {queue.connection.get('rq:scheduler-lock:llm')!r}; batch: {counters}"
+    )
 
 
 def items_by_job_status(batch: Batch) -> dict[str, int]:
