@@ -75,6 +75,17 @@ def alert_deliveries_resume(*, grace_seconds: float = LOST_DELIVERY_GRACE_SECOND
     )
 
 
+def delivery_claim(model: Any, *, delivery_id: int, attempt: int) -> bool:
+    """Claim attempt ``attempt`` of a pending row of a delivery ``model`` (alert deliveries,
+    batch callbacks): an atomic conditional update on (state, attempts), so a duplicate copy of
+    the RQ job, or one that arrives after the delivery finished, sends nothing."""
+    return bool(
+        model.objects.filter(
+            id=delivery_id, state=model.State.PENDING, attempts=attempt - 1
+        ).update(attempts=attempt)
+    )
+
+
 def overdue_deliveries_resume(
     model: Any, *, grace_seconds: float, enqueue: Callable[[Any, int], None], what: str
 ) -> int:
@@ -165,10 +176,7 @@ def alert_delivery_attempt(*, delivery_id: int, attempt: int) -> str:
     The claim is an atomic conditional update on (state, attempts): a duplicate copy of the
     RQ job, or one that arrives after the delivery finished, sends nothing.
     """
-    claimed = AlertDelivery.objects.filter(
-        id=delivery_id, state=AlertDelivery.State.PENDING, attempts=attempt - 1
-    ).update(attempts=attempt)
-    if not claimed:
+    if not delivery_claim(AlertDelivery, delivery_id=delivery_id, attempt=attempt):
         logger.info("alert delivery %s attempt %s: already done or taken", delivery_id, attempt)
         return "skipped"
     delivery = AlertDelivery.objects.select_related("alert").get(id=delivery_id)

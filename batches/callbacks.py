@@ -23,7 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from alerts.delivery import DeliveryError, post_callback
-from alerts.dispatch import overdue_deliveries_resume
+from alerts.dispatch import delivery_claim, overdue_deliveries_resume
 from alerts.targets import WEBHOOK, redact_target, scrub
 from batches.models import Batch, BatchCallbackDelivery
 from llmops.queues import ALERTS_QUEUE, DELIVER_CALLBACK_TASK
@@ -81,10 +81,7 @@ def callback_attempt(*, delivery_id: int, attempt: int) -> str:
     The claim is an atomic conditional update on (state, attempts): a duplicate copy of the
     RQ job, or one that arrives after the delivery finished, sends nothing.
     """
-    claimed = BatchCallbackDelivery.objects.filter(
-        id=delivery_id, state=BatchCallbackDelivery.State.PENDING, attempts=attempt - 1
-    ).update(attempts=attempt)
-    if not claimed:
+    if not delivery_claim(BatchCallbackDelivery, delivery_id=delivery_id, attempt=attempt):
         logger.info("batch callback %s attempt %s: already done or taken", delivery_id, attempt)
         return "skipped"
     delivery = BatchCallbackDelivery.objects.select_related("batch").get(id=delivery_id)
