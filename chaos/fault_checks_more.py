@@ -8,9 +8,11 @@ Each fails when its fault did not happen, and its figures then begin with NOT_HA
 
 from collections import Counter
 
+from chaos.budget_checks import CAPPED_REFUSAL
 from chaos.checks import Check
 from chaos.faults import REVOKE_CLOSE_SECONDS, TRICKLE_CUT_GRACE_SECONDS
 from chaos.record import DrillRecord
+from chaos.setup import CAPPED_FEATURE
 from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
@@ -96,6 +98,18 @@ def _kill_waiting(record: DrillRecord) -> Check:
         return Check(name, False, NOT_HAPPENED + "no worker was killed")
     jobs = set(event.jobs_in_flight)
     final, completed = all_final(jobs)
+    # A job of the capped feature (the ``budget`` fault) may meet its budget's refusal when it
+    # runs again: recovered, and refused as it should be. Any other failure is a fault.
+    refused = (
+        LlmJob.objects.filter(
+            id__in=list(jobs),
+            feature=CAPPED_FEATURE,
+            status=LlmJob.Status.FAILED,
+            failures__reason_code=CAPPED_REFUSAL,
+        )
+        .distinct()
+        .count()
+    )
     statuses = Counter(
         LlmJob.objects.filter(id__in=list(jobs))
         .exclude(status__in=LlmJob.FINAL_STATUSES)
@@ -105,12 +119,13 @@ def _kill_waiting(record: DrillRecord) -> Check:
         f"{event.process} (pid {event.pid}) killed at {event.at:.0f} s with {len(jobs)} job(s) "
         f"dequeued and waiting on the limiter: {completed} completed, {final - completed} failed"
         + (f" ({failed_because(jobs)})" if final > completed else "")
+        + (f" ({refused} of the capped feature, refused by its budget)" if refused else "")
         + f", {len(jobs) - final} not final"
         + (f" ({', '.join(f'{n} {s}' for s, n in statuses.items())})" if statuses else "")
     )
     if not jobs:
         return Check(name, False, NOT_HAPPENED + figures)
-    return Check(name, completed == len(jobs), figures)
+    return Check(name, completed + refused == len(jobs), figures)
 
 
 def _revoke(record: DrillRecord) -> Check:

@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.conf import settings
 from redis import Redis
@@ -121,49 +121,61 @@ def _limit(value: int | None) -> int:
     return -1 if value is None else value
 
 
-def limiter_reserve(
-    *,
-    provider: str,
-    model: str,
-    reservation_id: str,
-    job_id: str,
-    feature: str,
-    user: str,
-    input_tokens: int,
-    output_tokens: int,
-    rpm: int | None,
-    input_tpm: int | None,
-    output_tpm: int | None,
-    weights: dict[str, float],
-    max_wait_ms: int,
-) -> Verdict:
-    status, ms, reason = _script("reserve")(
-        keys=limiter_keys(provider, model),
-        args=[
-            reservation_id,
-            job_id,
-            feature,
-            user,
-            max(0, input_tokens),
-            max(0, output_tokens),
-            _limit(rpm),
-            _limit(input_tpm),
-            _limit(output_tpm),
-            _window_ms(),
-            json.dumps(weights),
-            1 if settings.LLM_USER_FAIR_SHARE else 0,
-            repr(settings.LLM_USER_MAX_SHARE),
-            settings.LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY,
-            max(0, max_wait_ms),
-            IDLE_KEY_SECONDS * 1000,
-            int(settings.LLM_RATE_LIMIT_BURST_SECONDS * 1000),
-            max(1, int(settings.LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS * 1000)),
-            repr(STRICT_PACE_STRETCH),
-            1 if settings.LLM_RATE_LIMIT_SLOW_START else 0,
-        ],
-        client=redis_client(),
-    )
+class ReserveRequest(TypedDict):
+    provider: str
+    model: str
+    reservation_id: str
+    job_id: str
+    feature: str
+    user: str
+    input_tokens: int
+    output_tokens: int
+    rpm: int | None
+    input_tpm: int | None
+    output_tpm: int | None
+    weights: dict[str, float]
+    max_wait_ms: int
+
+
+def reserve_call(**call: Unpack[ReserveRequest]) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of one ``reserve.lua`` call (its header says what each means)."""
+    return limiter_keys(call["provider"], call["model"]), [
+        call["reservation_id"],
+        call["job_id"],
+        call["feature"],
+        call["user"],
+        max(0, call["input_tokens"]),
+        max(0, call["output_tokens"]),
+        _limit(call["rpm"]),
+        _limit(call["input_tpm"]),
+        _limit(call["output_tpm"]),
+        _window_ms(),
+        json.dumps(call["weights"]),
+        1 if settings.LLM_USER_FAIR_SHARE else 0,
+        repr(settings.LLM_USER_MAX_SHARE),
+        settings.LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY,
+        max(0, call["max_wait_ms"]),
+        IDLE_KEY_SECONDS * 1000,
+        int(settings.LLM_RATE_LIMIT_BURST_SECONDS * 1000),
+        max(1, int(settings.LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS * 1000)),
+        repr(STRICT_PACE_STRETCH),
+        1 if settings.LLM_RATE_LIMIT_SLOW_START else 0,
+    ]
+
+
+def reserve_script() -> Script:
+    return _script("reserve")
+
+
+def verdict_of(answer: list[Any]) -> Verdict:
+    status, ms, reason = answer
     return Verdict(int(status), int(ms), reason.decode() if isinstance(reason, bytes) else reason)
+
+
+def limiter_reserve(**call: Unpack[ReserveRequest]) -> Verdict:
+    """Reserve one call (the arguments of :func:`reserve_call`) or say how long to wait."""
+    keys, args = reserve_call(**call)
+    return verdict_of(reserve_script()(keys=keys, args=args, client=redis_client()))
 
 
 def limiter_mark_sent(*, provider: str, model: str, reservation_id: str) -> int:

@@ -17,3 +17,11 @@ if _worker.startswith("gw"):
             f"too many test workers for {_url}: worker {_worker} would use index {_own}"
         )
     os.environ["REDIS_URL"] = f"{_base}/{_own}"
+
+
+def pytest_collection_modifyitems(items: list) -> None:  # type: ignore[type-arg]
+    """Tests marked ``slow`` (a minute or more of real time: a default-settings recovery, the
+    reduced drill, a two-minute quiet socket) go first, so that their waits overlap the rest of
+    the suite instead of ending it on one worker. Every worker sorts the same way (xdist needs
+    one order)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -102,6 +102,7 @@ def _deliveries_final() -> bool:
     )
 
 
+@pytest.mark.slow
 def test_no_secret_is_written_anywhere(tmp_path: Any) -> None:
     web_port, provider_port = _free_port(), _free_port()
     destinations = EchoDestination(

@@ -91,6 +91,7 @@ def _processes_on_the_test_database() -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_the_reduced_drill_passes_every_check_and_leaves_nothing_behind(tmp_path: Path) -> None:
     out = StringIO()
     try:

@@ -211,6 +211,7 @@ def test_a_job_a_dead_worker_took_off_the_queue_and_never_started_runs_again(
     assert requests_seen(fake_provider) == 1
 
 
+@pytest.mark.slow
 def test_jobs_held_by_a_killed_worker_call_the_provider_within_two_minutes(
     alice_client, fake_provider, processes
 ):

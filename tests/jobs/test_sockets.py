@@ -64,6 +64,7 @@ def fast_reauth(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
     settings.WS_REAUTH_SECONDS = REAUTH_SECONDS
 
 
+@pytest.mark.slow
 def test_a_quiet_socket_stays_open_for_two_minutes_and_still_hears_a_job(
     alice, alice_client, workers, asgi_server
 ):

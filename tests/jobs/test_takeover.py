@@ -398,6 +398,7 @@ def test_a_late_result_after_a_newer_attempt_started_only_corrects_the_ledger(
 # --- 3. kill -9, default settings ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_job_whose_worker_is_killed_calls_the_provider_again_within_two_minutes(
     alice_client, fake_provider, processes
 ):

@@ -181,12 +181,16 @@ def ledger_expectations() -> dict[str, dict[tuple[str, ...], float]]:
     return {name: {k: v for k, v in values.items() if v} for name, values in expected.items()}
 
 
+@pytest.mark.slow
 def test_counters_equal_the_ledger_after_a_mixed_run_through_real_worker_processes(
     transactional_db, prices, alice_client, fake_provider: FakeProvider, processes: Processes,  # noqa: F811
     metrics_settings, settings, no_breaker,
 ):  # fmt: skip
     # Transient faults that retry (429, 529, 500, a dropped connection) and fatal ones (400).
-    fake_provider.faults({"429": 0.15, "529": 0.05, "500": 0.05, "drop": 0.03, "400": 0.07})
+    # A high requests limit: an injected 429 reports it, and the limiter paces to what it learns.
+    fake_provider.faults(
+        {"429": 0.15, "529": 0.05, "500": 0.05, "drop": 0.03, "400": 0.07}, rpm=6000
+    )
     env = worker_env(
         fake_provider,
         LLM_RETRY_DELAY_SCALE="0.001",

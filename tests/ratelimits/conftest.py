@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from ratelimits.limiter import Verdict, limiter_reserve, limiter_settle
+from ratelimits.limiter import (
+    Verdict,
+    limiter_reserve,
+    limiter_settle,
+    redis_client,
+    reserve_call,
+    reserve_script,
+    verdict_of,
+)
 from tests.conftest import FakeProvider
 from tests.jobs.test_takeover import Processes, worker_env
 
@@ -63,6 +71,37 @@ def reserve(
         max_wait_ms=max_wait_ms,
     )
     return verdict, reservation
+
+
+def burst_at_once(*, rpm: int, tries: int = 12) -> int:
+    """How many calls the limiter admits at once right now: ``tries`` reservations sent in one
+    MULTI/EXEC, so that Redis runs them back to back (no slot refills between them however slow
+    this process is scheduled), counted up to the first refusal."""
+    pipe = redis_client().pipeline(transaction=True)
+    for _ in range(tries):
+        job = uuid.uuid4().hex
+        keys, args = reserve_call(
+            provider=PROVIDER,
+            model=MODEL,
+            reservation_id=f"{job}:{next(_ids)}",
+            job_id=job,
+            feature="summarize",
+            user="1",
+            input_tokens=10,
+            output_tokens=10,
+            rpm=rpm,
+            input_tpm=None,
+            output_tpm=None,
+            weights={},
+            max_wait_ms=0,
+        )
+        reserve_script()(keys=keys, args=args, client=pipe)
+    verdicts = [verdict_of(answer) for answer in pipe.execute()]
+    admitted = 0
+    while admitted < tries and verdicts[admitted].admitted:
+        admitted += 1
+    assert admitted < tries, "every try was admitted: the burst is larger than the test expects"
+    return admitted
 
 
 def settle(reservation: str, **kwargs: Any) -> None:

@@ -15,7 +15,7 @@ import pytest
 from llmops.queues import LLM_QUEUE, rate_limit_key
 from providers.ratelimit_headers import DEFAULT_PAUSE_SECONDS, learned_from_headers, pause_after_429
 from ratelimits.selectors import rate_limit_statuses
-from tests.ratelimits.conftest import MODEL, PROVIDER, reserve, settle
+from tests.ratelimits.conftest import MODEL, PROVIDER, burst_at_once, reserve, settle
 
 pytestmark = pytest.mark.django_db
 
@@ -355,10 +355,7 @@ def test_a_429_that_still_shows_room_shrinks_the_burst_until_it_regrows(settings
 
     def burst_now() -> int:
         time.sleep(0.15)  # the bucket refills to its burst (the window stays far from full)
-        admitted = 0
-        while reserve(rpm=100)[0].admitted:
-            admitted += 1
-        return admitted
+        return burst_at_once(rpm=100)
 
     def refused_with(remaining: int) -> None:
         time.sleep(0.05)
@@ -402,10 +399,7 @@ def test_a_limiter_that_starts_pacing_earns_its_burst(settings):
 
     def burst_now() -> int:
         time.sleep(0.15)
-        admitted = 0
-        while reserve(rpm=100)[0].admitted:
-            admitted += 1
-        return admitted
+        return burst_at_once(rpm=100)
 
     started = time.monotonic()
     assert burst_now() == 1
