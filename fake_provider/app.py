@@ -14,11 +14,16 @@ Routes:
                               "latency_ms": "20-400", "rpm": 60, "itpm": 30000,
                               "otpm": 8000, "rate_window_seconds": 60,
                               "short_interval_seconds": 5}
-    POST /_fake/reset        start configuration back; counters, cache memory and rpm window cleared
+                             or script the next answers (scripts.py), for everyone's next calls
+                             or only for those carrying one Idempotency-Key (our job id):
+                             {"next": ["429", "ok"], "key": "<job id>"}
+    POST /_fake/reset        start configuration back; counters, cache memory, rpm window and
+                             scripts cleared
 
 Order of work for POST /v1/messages: read the body (413 past 32 MB), check the key (401), the
 body (400), the model (404), the rate windows (429: requests, input and output tokens, checked on
-arrival as the real API does, so a 429 answers at once), sleep the latency, draw a fault, answer.
+arrival as the real API does, so a 429 answers at once), sleep the latency, draw a fault, answer;
+a scripted step, when one is due for the call, gives the latency and the answer instead.
 Rate-limit headers (state.py) come with every answer, success or error, once a limit is set.
 
 Stats: ``requests`` counts every POST /v1/messages when it arrives. ``by_status`` counts the
@@ -75,6 +80,7 @@ from .responses import (
     parse_request,
     should_retry,
 )
+from .scripts import parse_key, parse_script
 from .state import (
     TRICKLE_INTERVAL_SECONDS,
     FakeProviderState,
@@ -217,6 +223,8 @@ class FakeAnthropicApp:
             raise ApiError(400, "body must be JSON") from None
         allowed = {
             "faults",
+            "next",
+            "key",
             "for_seconds",
             "latency_ms",
             "rpm",
@@ -230,7 +238,13 @@ class FakeAnthropicApp:
                 400, f"body must be a JSON object with some of: {', '.join(sorted(allowed))}"
             )
         changes: dict[str, Any] = {}
+        script, key = None, None
         try:
+            if "key" in payload and "next" not in payload:
+                raise ValueError("key names whose script next is: send both")
+            if "next" in payload:
+                script = parse_script(payload["next"])
+                key = parse_key(payload["key"]) if "key" in payload else None
             if "faults" in payload:
                 if not isinstance(payload["faults"], dict):
                     raise ValueError("faults must be an object of CODE: RATE")
@@ -255,7 +269,11 @@ class FakeAnthropicApp:
                 raise ValueError("for_seconds must be a number of seconds in (0, 86400]")
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
-        self.state.update_config(self.state.with_changes(**changes), seconds)
+        if script is not None:
+            self.state.scripts.arm(script, key)
+        if set(payload) - {"next", "key"}:
+            # A script alone leaves the configuration (and its window) as it is.
+            self.state.update_config(self.state.with_changes(**changes), seconds)
         return self.state.describe()
 
     def reset(self, body: bytes) -> dict[str, Any]:
@@ -319,11 +337,16 @@ class FakeAnthropicApp:
                 f"({state.config.describe_limits()}).",
             )
             return await fail(limited, [("retry-after", str(decision.retry_after)), *rate_headers])
-        delay = state.draw_latency()
+        # A scripted step (scripts.py) answers in place of the configured latency and faults.
+        step = state.scripts.take(headers.get("idempotency-key", ""))
+        if step is None or step.latency_ms is None:
+            delay = state.draw_latency()
+        else:
+            delay = step.delay(state.rng)
         if delay:
             await asyncio.sleep(delay)
 
-        fault = state.draw_fault()
+        fault = state.draw_fault() if step is None else step.fault
         if fault in FAULT_ERRORS:
             status, message, details = FAULT_ERRORS[fault]
             extra = rate_headers

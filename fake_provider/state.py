@@ -32,6 +32,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from .scripts import Scripts
+
 __all__ = [
     "FAULT_CODES",
     "TRICKLE_INTERVAL_SECONDS",
@@ -399,6 +401,7 @@ class FakeProviderState:
         self._input_window = _TokenWindow()
         self._output_window = _TokenWindow()
         self._cache: dict[tuple[str, str], float] = {}
+        self.scripts = Scripts(self._clock)
         self.requests = 0
         self.arrivals: deque[float] = deque(maxlen=ARRIVAL_LOG_LIMIT)
         self.by_status: dict[str, int] = {}
@@ -431,6 +434,7 @@ class FakeProviderState:
         )
         described["window_seconds_left"] = None if left is None else round(left, 3)
         described["seed"] = self.seed
+        described["script"] = self.scripts.describe()
         return described
 
     # --- draws ----------------------------------------------------------------------------------
