@@ -7,7 +7,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 # pytest-xdist workers for make test (each its own test database and Redis index, tests/parallel.py).
 TEST_WORKERS ?= 2
 
-.PHONY: run test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-batch chaos clean
+.PHONY: run token test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-batch chaos clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -27,9 +27,17 @@ migrate: venv
 	$(BIN)/python manage.py migrate --noinput
 
 # DEBUG is off unless asked for; a local run asks for it (DJANGO_DEBUG=False make run does not).
+# The banner (ops/ready_banner.py) waits for every process, then prints the URLs, the demo login
+# and the API token below the start-up logs; logs are human-readable here (JSON elsewhere).
 run: venv migrate
 	$(BIN)/python manage.py ensure_demo_user
-	DJANGO_DEBUG=$${DJANGO_DEBUG:-True} PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start
+	$(BIN)/python manage.py ready_banner & \
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-True} LOG_FORMAT=$${LOG_FORMAT:-plain} \
+		PATH="$(CURDIR)/$(BIN):$$PATH" exec $(BIN)/honcho start
+
+# The demo user's API token, alone (TOKEN=$$(make -s token)).
+token: venv
+	@$(BIN)/python manage.py demo_token
 
 services:
 	./scripts/services.sh

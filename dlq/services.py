@@ -28,7 +28,7 @@ from jobs.dead_letter import dead_letter_of
 from jobs.models import LlmJob
 from jobs.services import job_requeue
 from jobs.transitions import Transition
-from ledger.selectors import price_for_model
+from ledger.selectors import price_for_model, unknown_model_error
 from llmops.queues import DEFAULT_QUEUE, REQUEUE_MATCHING_TASK, bulk_requeue_job_id
 from runtime.rq_jobs import rq_jobs_resume
 
@@ -328,8 +328,4 @@ def _check_model(*, model: str) -> None:
     # The same refusal as the single requeue (jobs.services.job_requeue); max_tokens is per job,
     # so a request that does not fit the model is refused per record and counted as skipped.
     if price_for_model(model=model) is None:
-        raise ValidationFailed(
-            f"Model {model!r} has no price; it cannot be run.",
-            code="unknown_model",
-            detail={"field": "model"},
-        )
+        raise unknown_model_error(model)

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from api.errors import LimitExceeded, ValidationFailed
 from ledger.budgets import budgets_exhausted_for
-from ledger.selectors import price_for_model
+from ledger.selectors import price_for_model, unknown_model_error
 from providers.registry import provider_for
 
 __all__ = ["check_against_price_table", "check_budgets_not_spent", "idempotency_key_hash"]
@@ -21,11 +21,7 @@ def check_against_price_table(*, model: str, max_tokens: int) -> None:
     call (longer generations would be cut off by the read timeout and paid again)."""
     price = price_for_model(model=model)
     if price is None:
-        raise ValidationFailed(
-            f"Model {model!r} has no price; it cannot be run.",
-            code="unknown_model",
-            detail={"field": "model"},
-        )
+        raise unknown_model_error(model)
     maximum = min(price.max_output_tokens, provider_for(model).max_tokens_limit())
     if max_tokens > maximum:
         raise ValidationFailed(

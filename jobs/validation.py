@@ -55,6 +55,21 @@ class JobRequest:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+REQUIRED_CODES = {
+    "feature": "invalid_feature",
+    "model": "unknown_model",
+    "messages": "invalid_messages",
+    "max_tokens": "invalid_max_tokens",
+}
+REQUIRED_HINTS = {
+    "feature": "a slug naming what the job is for, e.g. 'summarize': budgets, limits and costs "
+    "are kept per feature",
+    "model": "a priced model, e.g. 'claude-sonnet-4-6'",
+    "messages": "a non-empty list of {'role': 'user', 'content': ...}",
+    "max_tokens": "a positive integer",
+}
+
+
 def _fail(code: str, message: str, field: str) -> ValidationFailed:
     return ValidationFailed(message, code=code, detail={"field": field})
 
@@ -197,6 +212,14 @@ def validate_job_request(data: Any) -> JobRequest:
             code="unknown_field",
             detail={"fields": unknown},
         )
+
+    for required in ("feature", "model", "messages", "max_tokens"):
+        if data.get(required) is None:
+            raise _fail(
+                REQUIRED_CODES[required],
+                f"{required} is required ({REQUIRED_HINTS[required]}).",
+                required,
+            )
 
     feature = data.get("feature")
     if (

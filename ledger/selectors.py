@@ -1,3 +1,4 @@
+import difflib
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, time, timedelta
@@ -30,6 +31,30 @@ def price_for_model(*, model: str, at: datetime | None = None) -> ModelPrice | N
         .order_by("-effective_from")
         .first()
     )
+
+
+def priced_models(*, at: datetime | None = None) -> list[str]:
+    """Every model with a price in force at ``at`` (now by default), sorted."""
+    at = at or timezone.now()
+    return sorted(
+        set(ModelPrice.objects.filter(effective_from__lte=at).values_list("model", flat=True))
+    )
+
+
+def unknown_model_error(model: str) -> ValidationFailed:
+    """The refusal of a model without a price: the models there are, and the nearest one when
+    the name looks like a typo of it (``claude-sonet-4-6``)."""
+    known = priced_models()
+    near = difflib.get_close_matches(model, known, n=1, cutoff=0.8)
+    message = f"Model {model!r} has no price; it cannot be run."
+    if near:
+        message += f" Did you mean {near[0]!r}?"
+    elif known:
+        message += f" Priced models: {', '.join(known)}."
+    detail: dict[str, Any] = {"field": "model", "models": known}
+    if near:
+        detail["did_you_mean"] = near[0]
+    return ValidationFailed(message, code="unknown_model", detail=detail)
 
 
 def cost_entries_for_job(*, job_id: UUID) -> QuerySet[CostEntry]:

@@ -77,6 +77,8 @@ MIDDLEWARE = [
     "llmops.middleware.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # Before CommonMiddleware: /api/... without its trailing slash is served, not redirected.
+    "api.trailing_slash.ApiTrailingSlashMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -131,8 +133,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        # Token first so that an unauthenticated request answers 401 with WWW-Authenticate.
-        "rest_framework.authentication.TokenAuthentication",
+        # Token first so that an unauthenticated request answers 401 with WWW-Authenticate;
+        # "Token <key>" or "Bearer <key>" (api/authentication.py).
+        "api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -1,16 +1,19 @@
 from django.contrib import admin
 from django.contrib.auth.views import LoginView
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from api.apis import MeApi
+from api.trailing_slash import CATCH_ALL, api_not_found
 from jobs.views import live_page
+from ops.home import home
 from ops.rq_dashboard import rq_dashboard_urlpatterns
 
 # Under /api/, a URL no view matches answers the API's JSON error body (api/errors.py).
 handler404 = "api.errors.not_found"
 
 urlpatterns = [
+    path("", home, name="home"),  # the admin's "View site" too
     # Staff-only admin pages of ops; before the admin, whose catch-all would answer first.
     path("admin/ops/dashboard/", include("ops.admin_dashboard")),
     path("admin/", admin.site.urls),
@@ -32,4 +35,6 @@ urlpatterns = [
     path("", include("ops.urls")),
     # django-rq's dashboard, each page behind its permission (ops/rq_dashboard.py).
     path("django-rq/", include((rq_dashboard_urlpatterns(), "django_rq"))),
+    # Last: under /api/, a path no view serves answers the API's JSON 404 (api/trailing_slash.py).
+    re_path(r"^api/(?P<rest>.*)$", api_not_found, name=CATCH_ALL),
 ]

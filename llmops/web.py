@@ -117,6 +117,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     workers = int(_option(args, "--workers") or settings.WEB_CONCURRENCY)
     extra = [] if _option(args, "--workers") else ["--workers", str(workers)]
+    if _option(args, "--lifespan") is None:
+        # Django's ASGI handler has no lifespan protocol: "auto" said so in every worker's log.
+        extra += ["--lifespan", "off"]
     if _option(args, "--ws-max-size") is None:
         # uvicorn's own default is 16 MiB a message, for a socket whose clients send nothing.
         extra += ["--ws-max-size", str(settings.WS_MAX_MESSAGE_BYTES)]

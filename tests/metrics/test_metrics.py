@@ -92,6 +92,22 @@ def test_metrics_answer_only_to_the_token_or_an_allowed_network(path, metrics_se
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/metrics", "/django-rq/metrics/"])
+def test_with_debug_on_the_loopback_network_reads_metrics_without_a_token(settings, path):
+    """``make run`` runs with DEBUG on: the README's curl works without a restart; any other
+    network still needs the token, and with DEBUG off loopback is nobody special."""
+    settings.METRICS_TOKEN = ""
+    settings.METRICS_ALLOWED_NETWORKS = []
+    client = Client()
+    settings.DEBUG = True
+    assert client.get(path, REMOTE_ADDR="127.0.0.1").status_code == 200
+    assert client.get(path, REMOTE_ADDR="::1").status_code == 200
+    assert client.get(path, REMOTE_ADDR="10.0.0.7").status_code == 401
+    settings.DEBUG = False
+    assert client.get(path, REMOTE_ADDR="127.0.0.1").status_code == 401
+
+
+@pytest.mark.django_db
 def test_no_token_configured_means_no_token_is_accepted(settings):
     settings.METRICS_TOKEN = ""
     settings.METRICS_ALLOWED_NETWORKS = []

@@ -5,7 +5,10 @@ from rest_framework.authtoken.models import Token
 
 
 class Command(BaseCommand):
-    help = "Create (once) a demo staff user with an API token, and print both."
+    help = (
+        "Create (once) the demo staff user (DEMO_USERNAME, DEMO_PASSWORD) with an API token. "
+        "make run prints the login once every process is ready (ready_banner)."
+    )
 
     def handle(self, *args, **options):  # type: ignore[no-untyped-def]
         User = get_user_model()
@@ -16,13 +19,8 @@ class Command(BaseCommand):
         if created:
             user.set_password(settings.DEMO_PASSWORD)
             user.save()
-        token, _ = Token.objects.get_or_create(user=user)
-        self.stdout.write(f"demo user:     {user.username}")
-        if created:
-            self.stdout.write(f"password:      {settings.DEMO_PASSWORD}   (admin at /admin/)")
-        else:
-            self.stdout.write("password:      as set when it was created (DEMO_PASSWORD)")
-        self.stdout.write(f"API token:     {token.key}")
+        Token.objects.get_or_create(user=user)
         self.stdout.write(
-            f'try:  curl -H "Authorization: Token {token.key}" http://127.0.0.1:8000/api/v1/jobs/'
+            f"demo user {user.username} {'created' if created else 'ready'}; the login and API "
+            "token follow once every process is up (again: make token)"
         )

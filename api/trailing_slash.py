@@ -1,0 +1,46 @@
+"""``/api/v1/jobs`` serves as ``/api/v1/jobs/``, for every method.
+
+Every API path ends with a slash, and leaving it out is the most likely first mistake. Django's
+``APPEND_SLASH`` answers it with a redirect, which clients follow by turning a POST into a GET
+(losing the body), and with DEBUG on it raises instead (a 500 with an HTML page). Under
+``/api/`` a path without its slash that only exists with one is served as that path, in place.
+Anything else under ``/api/`` that no view matches answers the API's JSON 404 (``api_not_found``,
+last in ``llmops/urls.py``), with DEBUG on as well as off."""
+
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+from django.urls import Resolver404, resolve
+
+from api.errors import not_found
+
+API_PREFIX = "/api/"
+CATCH_ALL = "api-not-found"
+
+
+def _served(path: str, urlconf: str | None) -> bool:
+    """Whether a view of its own (not the JSON 404) answers ``path``."""
+    try:
+        return resolve(path, urlconf).url_name != CATCH_ALL
+    except Resolver404:
+        return False
+
+
+class ApiTrailingSlashMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        path = request.path_info
+        if path.startswith(API_PREFIX) and not path.endswith("/"):
+            urlconf = getattr(request, "urlconf", None)
+            if not _served(path, urlconf) and _served(path + "/", urlconf):
+                request.path_info = path + "/"
+                request.path = request.path + "/"
+        return self.get_response(request)
+
+
+def api_not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
+    """Under ``/api/``, a path no view serves: the API's JSON 404 (``handler404`` is not used
+    with DEBUG on)."""
+    return not_found(request)
