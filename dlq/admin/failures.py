@@ -19,10 +19,10 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
-from django.utils.timesince import timesince
 
 from api.errors import ApplicationError
 from batches.admin_filters import BatchFilter
+from dlq.admin.columns import LIST_COLUMNS, FailureColumns
 from dlq.admin.filters import AgeFilter, AttemptsFilter, CommentForm, CostFilter, ModelChoiceForm
 from dlq.models import BulkRequeue, FailureRecord
 from dlq.selectors import failure_requeue_estimate
@@ -51,20 +51,8 @@ class FailureChangeList(ChangeList):
 
 
 @admin.register(FailureRecord)
-class FailureRecordAdmin(admin.ModelAdmin):
-    list_display = [
-        "created_at",
-        "severity",
-        "reason_code",
-        "feature",
-        "job_model",
-        "http_status",
-        "attempts",
-        "cost_so_far",
-        "age",
-        "state",
-        "job_link",
-    ]
+class FailureRecordAdmin(FailureColumns, admin.ModelAdmin):
+    list_display = LIST_COLUMNS
     list_filter = [
         "severity",
         "reason_code",
@@ -99,7 +87,7 @@ class FailureRecordAdmin(admin.ModelAdmin):
                 ]
             },
         ),
-        ("Job and outcome", {"fields": ["job_link", "job_outcome", "attempts", "total_cost"]}),
+        ("Job and outcome", {"fields": ["job_page", "job_outcome", "attempts", "total_cost"]}),
         (
             "Provider error",
             {"fields": ["http_status", "error_type", "message", "request_id"]},
@@ -115,24 +103,8 @@ class FailureRecordAdmin(admin.ModelAdmin):
 
     # --- columns -------------------------------------------------------------------------
 
-    @admin.display(ordering="job__feature", description="feature")
-    def feature(self, record: FailureRecord) -> str:
-        return record.job.feature
-
-    @admin.display(ordering="job__model", description="model")
-    def job_model(self, record: FailureRecord) -> str:
-        return record.job.model
-
-    @admin.display(ordering="job__cost_usd", description="cost so far")
-    def cost_so_far(self, record: FailureRecord) -> str:
-        return f"${record.job.cost_usd}"
-
-    @admin.display(ordering="created_at", description="age")
-    def age(self, record: FailureRecord) -> str:
-        return timesince(record.created_at)
-
     @admin.display(description="job")
-    def job_link(self, record: FailureRecord) -> str:
+    def job_page(self, record: FailureRecord) -> str:
         url = reverse("admin:jobs_llmjob_change", args=[record.job_id])
         return format_html('<a href="{}">{}</a>', url, record.job_id)
 
