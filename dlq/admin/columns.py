@@ -15,15 +15,7 @@ from ledger.admin_budgets import money
 
 __all__ = ["LIST_COLUMNS", "FailureColumns", "short_age"]
 
-LIST_COLUMNS = [
-    "age",
-    "failure",
-    "feature_model",
-    "tries",
-    "cost_so_far",
-    "state",
-    "job_link",
-]
+LIST_COLUMNS = ("age", "failure", "feature_model", "tries", "cost_so_far", "state", "job_link")
 """The age links to the record. Short values share a cell, one above the other: severity and HTTP
 status over the reason, feature over model (each of them is also a filter on the right)."""
 
