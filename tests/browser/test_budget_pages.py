@@ -41,7 +41,6 @@ def test_a_staff_member_watches_budgets_and_sets_a_new_one(page, live_server) ->
 
     page.get_by_role("link", name="Budgets", exact=True).click()
     page.wait_for_selector("#result_list")
-    page.click("#toggle-nav-sidebar")  # ten columns: room for all of them at 1400 px
     rows = page.locator("#result_list tbody tr")
     assert rows.count() == 2
     assert page.locator(".budget-bar-soft").count() == 1
