@@ -14,7 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from api.errors import ApplicationError
-from ledger.reports import report_csv_rows
+from ledger.reports import REPORT_COLUMNS, report_csv_rows
 from ledger.selectors import (
     REPORT_GROUPS,
     CostReport,
@@ -27,6 +27,27 @@ __all__ = ["CostReportAdminMixin"]
 
 FILTERS = ["group_by", "since", "until", "feature", "model", "user"]
 """The query parameters of the page and of its CSV, the same as the API's."""
+
+HEADERS = {
+    "feature": "Feature",
+    "model": "Model",
+    "user": "User",
+    "day": "Day (UTC)",
+    "jobs": "Jobs",
+    "attempts": "Attempts",
+    "input_tokens": "Input tokens",
+    "output_tokens": "Output tokens",
+    "cache_write_5m_tokens": "Cache writes (5 min)",
+    "cache_write_1h_tokens": "Cache writes (1 h)",
+    "cache_read_tokens": "Cache reads",
+    "cost_usd": "Cost (USD)",
+    "failures": "Failures (DLQ)",
+}
+"""The page's column headings; the CSV keeps the snake_case names, which scripts read."""
+
+
+def report_headers(group_by: str) -> list[str]:
+    return [HEADERS.get(name, name) for name in (group_by, *REPORT_COLUMNS)]
 
 
 def report_from_query(query: Any) -> CostReport:
@@ -85,6 +106,7 @@ class CostReportAdminMixin(admin.ModelAdmin):
             "query": query,
             "error": error,
             "report": report,
+            "headers": report_headers(report.group_by) if report else [],
             "lines": report_csv_rows(report) if report else [],
             "csv_url": reverse("admin:ledger_costentry_report_csv")
             + (f"?{request.GET.urlencode()}" if request.GET else ""),

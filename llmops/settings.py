@@ -54,7 +54,7 @@ INSTALLED_APPS = [
     # The OpenAPI schema and Swagger UI, served from our own static files (no CDN).
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "django_rq",
+    "ops.apps.RqConfig",  # django-rq, as "Queues (RQ)" on the admin index
     "django_prometheus",
     "providers",
     "jobs",
