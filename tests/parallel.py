@@ -7,6 +7,8 @@ Processes the tests start inherit the worker's ``REDIS_URL`` from the environmen
 
 import os
 
+import pytest
+
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _worker.startswith("gw"):
     _url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -19,9 +21,13 @@ if _worker.startswith("gw"):
     os.environ["REDIS_URL"] = f"{_base}/{_own}"
 
 
-def pytest_collection_modifyitems(items: list) -> None:  # type: ignore[type-arg]
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items: list) -> object:  # type: ignore[type-arg]
     """Tests marked ``slow`` (a minute or more of real time: a default-settings recovery, the
     reduced drill, a two-minute quiet socket) go first, so that their waits overlap the rest of
     the suite instead of ending it on one worker. Every worker sorts the same way (xdist needs
-    one order)."""
+    one order). Before pytest-django's own (stable) sort, which then keeps its groups: tests in
+    a transaction first, then transactional ones, whose flush empties what data migrations
+    seeded (the prices) for any test after them. (A wrapper: this runs before every plugin's.)"""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    return (yield)
