@@ -10,9 +10,16 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from ops.dashboard import DEFAULT_WINDOW_HOURS, REFRESH_SECONDS, WINDOW_HOURS, dashboard_data
+from ops.dashboard import (
+    DEFAULT_WINDOW_HOURS,
+    REFRESH_SECONDS,
+    WINDOW_HOURS,
+    dashboard_data,
+    initial_window_hours,
+)
 
 __all__ = ["urlpatterns"]
 
@@ -27,10 +34,13 @@ def _hours(request: HttpRequest) -> int | None:
 
 @require_GET
 def dashboard_view(request: HttpRequest) -> HttpResponse:
+    # Without ?hours= (or with one not offered) the page opens on the window that holds the
+    # data; data.json without it keeps its fixed default.
+    asked = _hours(request) if request.GET.get("hours") else None
     context = {
         **admin.site.each_context(request),
         "title": "Ops dashboard",
-        "hours": _hours(request) or DEFAULT_WINDOW_HOURS,
+        "hours": asked or initial_window_hours(timezone.now()),
         "window_choices": WINDOW_HOURS,
         "refresh_seconds": REFRESH_SECONDS,
         "data_url": reverse("ops_dashboard_data"),

@@ -17,6 +17,7 @@ from ops.dashboard.database import (
     cost_in_window,
     cost_per_feature_per_day,
     failures_by_severity,
+    initial_window_hours,
     jobs_in_database,
     llm_queue_timings,
     money,
@@ -33,6 +34,7 @@ __all__ = [
     "WINDOW_HOURS",
     "Window",
     "dashboard_data",
+    "initial_window_hours",
 ]
 
 

@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, QuerySet, Sum
 from django.db.models.functions import TruncDate, TruncMinute
 from django.urls import reverse
 
@@ -24,7 +24,7 @@ from jobs.models import LlmJob, ProviderBreaker
 from ledger.forecast import budget_statuses
 from ledger.models import Budget, CostEntry
 from llmops.queues import LLM_QUEUE
-from ops.dashboard.defaults import COST_DAYS, MAX_BUDGETS, PERCENTS, RECENT_FAILURES
+from ops.dashboard.defaults import COST_DAYS, MAX_BUDGETS, PERCENTS, RECENT_FAILURES, WINDOW_HOURS
 
 __all__ = [
     "Window",
@@ -34,6 +34,7 @@ __all__ = [
     "cost_in_window",
     "cost_per_feature_per_day",
     "failures_by_severity",
+    "initial_window_hours",
     "jobs_in_database",
     "llm_queue_timings",
     "money",
@@ -60,6 +61,25 @@ class Window:
     @property
     def minutes(self) -> list[datetime]:
         return [self.since + timedelta(minutes=n) for n in range(self.hours * 60)]
+
+
+def initial_window_hours(now: datetime) -> int:
+    """The window the page opens on: the smallest that holds the oldest attempt or dead letter
+    of the largest window, so that a fresh install's first jobs are not one spike at the right
+    edge of six hours; the last hour when there is nothing yet. Two reads of an index's first
+    entry (``created_at`` leads one on each table)."""
+    since = Window(WINDOW_HOURS[-1], now).since
+    firsts = [
+        model.objects.filter(created_at__gte=since, created_at__lte=now).aggregate(
+            first=Min("created_at")
+        )["first"]
+        for model in (CostEntry, FailureRecord)
+    ]
+    found = [first for first in firsts if first is not None]
+    if not found:
+        return WINDOW_HOURS[0]
+    oldest = min(found)
+    return next(hours for hours in WINDOW_HOURS if oldest >= Window(hours, now).since)
 
 
 # --- Throughput and failures per minute ---------------------------------------------------------

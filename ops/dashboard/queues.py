@@ -5,6 +5,7 @@ Read only (registries are counted with ``cleanup=False``). When Redis does not a
 of these panels says "Redis unavailable" and the rest of the dashboard is still served.
 """
 
+import re
 import uuid
 
 import django_rq
@@ -21,7 +22,17 @@ from loops.queue_health import oldest_wait_seconds
 from ops.dashboard.database import as_seconds, nearest_rank
 from ops.dashboard.defaults import PERCENTS, RQ_TIMING_SAMPLE
 
-__all__ = ["percentiles_of", "redis_panels", "rq_timings", "unmeasured"]
+__all__ = ["percentiles_of", "redis_panels", "rq_timings", "unmeasured", "worker_label"]
+
+GENERATED_NAME = re.compile(r"[0-9a-f]{32}")
+"""The name rq gives a worker that was not named (``uuid4().hex``): it tells a reader nothing."""
+
+
+def worker_label(*, name: str, hostname: str | None, pid: int | None) -> str:
+    """A worker as a reader finds it: the host and process it runs as ("web-1, pid 4242"),
+    after its name when someone chose one."""
+    where = f"{hostname or 'unknown host'}, pid {pid if pid is not None else '?'}"
+    return where if GENERATED_NAME.fullmatch(name) else f"{name} on {where}"
 
 
 def percentiles_of(values: list[float]) -> dict:
@@ -160,6 +171,7 @@ def _workers() -> list[dict]:
         rows.append(
             {
                 "name": name,
+                "label": worker_label(name=name, hostname=worker.hostname, pid=worker.pid),
                 "hostname": worker.hostname,
                 "pid": worker.pid,
                 "state": worker.get_state(),

@@ -3,6 +3,8 @@
 
 Fails on any console error or HTTP error (the ``page`` fixture of the DLQ tests)."""
 
+import os
+import socket
 from datetime import timedelta
 from decimal import Decimal
 
@@ -151,3 +153,50 @@ def test_the_dashboard_draws_every_chart_and_refreshes_in_place(
     )
     assert page.url.endswith("/admin/ops/dashboard/?hours=24")
     assert CostEntry.objects.count() > 0
+
+
+FIRST_DRAWN = """() => {
+    const data = Chart.getChart(document.getElementById("chart-throughput")).data.datasets[0].data;
+    return [data.findIndex((n) => n > 0), data.length];
+}"""
+
+
+def test_a_fresh_install_opens_on_a_window_its_data_fills_and_names_workers_by_host(
+    page,  # noqa: F811
+    asgi_server,
+):
+    # Forty minutes of first jobs: in six hours they would be a spike in the last ninth.
+    owner = make_user("owen")
+    now = timezone.now()
+    for minute in range(2, 42, 4):
+        ledger_row(make_job(owner, feature="first-steps"), now - timedelta(minutes=minute))
+    queue = django_rq.get_queue(LLM_QUEUE)
+    unnamed = Worker([queue], connection=queue.connection)  # rq names it uuid4().hex
+    unnamed.register_birth()
+    make_user("olga", is_staff=True, password="pw-staff")
+    page.goto(f"{asgi_server}/admin/login/?next=/admin/ops/dashboard/")
+    page.fill("#id_username", "olga")
+    page.fill("#id_password", "pw-staff")
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{asgi_server}/admin/ops/dashboard/")
+    page.wait_for_selector("#ops-dashboard[data-refreshes='1']")
+
+    assert page.locator("#ops-window").input_value() == "1"
+    first, length = page.evaluate(FIRST_DRAWN)
+    assert length == 60
+    assert 0 <= first <= length // 2, f"the data starts at minute {first} of {length}"
+    assert page.locator("#summary-attempts").inner_text() == "10"
+
+    workers = page.locator("#workers-table tbody").inner_text()
+    assert f"{socket.gethostname()}, pid {os.getpid()}" in workers
+    assert unnamed.name not in workers
+    page.screenshot(path=SCREENSHOTS / "ops-dashboard-1400.png", full_page=True)
+
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.reload()
+    page.wait_for_selector("#ops-dashboard[data-refreshes='1']")
+    page.screenshot(path=SCREENSHOTS / "ops-dashboard-390.png", full_page=True)
+    scroll_width, viewport = page.evaluate(
+        "() => [document.documentElement.scrollWidth, window.innerWidth]"
+    )
+    assert scroll_width <= viewport, f"the page scrolls sideways: {scroll_width} > {viewport}"

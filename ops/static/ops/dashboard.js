@@ -390,7 +390,7 @@
                 running = el("td", {}, heading.concat(jobs.map(runningJob)));
             }
             return el("tr", {}, [
-                el("td", {text: w.name, title: (w.hostname || "") + " pid " + text(w.pid)}),
+                el("td", {text: w.label || w.name, title: "rq worker " + w.name, className: "ops-worker"}),
                 cell(w.queues.join(", ")),
                 cell(w.state),
                 running,
