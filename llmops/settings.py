@@ -154,9 +154,21 @@ LLM_SUBMIT_THROTTLE_RATE = env.str("LLM_SUBMIT_THROTTLE_RATE", "") or "600/min"
 SPECTACULAR_SETTINGS = {
     "TITLE": "llmops API",
     "DESCRIPTION": (
-        "LLM calls as background jobs: submit and poll jobs, the dead-letter queue, costs and "
-        "budgets. Every error body is {code, message, detail} with a stable code (docs/api.md)."
+        "LLM calls as background jobs: submit and poll jobs, batches and pipelines; costs, "
+        "budgets and the dead-letter queue. Every error body is {code, message, detail} with a "
+        "stable code.\n\nFull reference: `docs/api.md` in the repository (every field, the "
+        "Idempotency-Key header, each error code, live events over the WebSocket)."
     ),
+    # Sections by importance, not alphabetically (Swagger UI follows this list): jobs first.
+    "TAGS": [
+        {"name": "jobs", "description": "Submit a model call (202 at once), poll, list, cancel."},
+        {"name": "batches", "description": "Up to 10,000 jobs in one request, followed as one."},
+        {"name": "pipelines", "description": "Jobs run in turn, each fed the previous output."},
+        {"name": "costs", "description": "What the calls cost, from the ledger, grouped one way."},
+        {"name": "budgets", "description": "Spending limits per feature or user (staff)."},
+        {"name": "failures", "description": "The dead-letter queue: requeue or resolve (staff)."},
+        {"name": "me", "description": "Whom the token or session belongs to."},
+    ],
     "VERSION": "1",
     "SCHEMA_PATH_PREFIX": r"/api/v1/",  # operations tagged by the segment after it
     "SERVE_INCLUDE_SCHEMA": False,
