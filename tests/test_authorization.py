@@ -104,6 +104,8 @@ TABLE: list[Door] = [
     D("page", "GET /healthz", "", 200, 200, 200, 200, 200),
     D("page", "GET /readyz", "", 503, 503, 503, 503, 503),  # no llm worker in this test
     D("page", "GET /login/", "", 200, 200, 200, 200, 200),
+    D("page", "GET /", "", 200, 200, 200, 200, 200),  # the home page: links only
+    D("page", "GET /api/v1/no-such-thing/", "", 404, 404, 404, 404, 404),  # the JSON 404
     D("page", "GET /live/", "", 200, 200, L, 200, 200),
     # --- metrics: the scrape token (or an allowed network), never a session -------------------
     D("page", "GET /metrics", "METRICS_TOKEN", 401, 401, 401, 401, 200),
