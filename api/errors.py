@@ -9,6 +9,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.csrf import csrf_failure as django_csrf_failure
 from django.views.defaults import page_not_found
 from redis.exceptions import RedisError
 from rest_framework import exceptions as drf_exceptions
@@ -143,6 +144,17 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         headers["Retry-After"] = str(int(wait))
     set_rollback()
     return Response(_body(code, message, detail), status=exc.status_code, headers=headers)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """``CSRF_FAILURE_VIEW``: a session write without its CSRF token. Under ``/api/`` (a path no
+    API view serves: DRF views check CSRF themselves) the API's error body, as DRF words it;
+    elsewhere Django's page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(
+            _body("permission_denied", f"CSRF Failed: {reason}"), status=status.HTTP_403_FORBIDDEN
+        )
+    return django_csrf_failure(request, reason=reason)
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

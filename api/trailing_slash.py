@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404, resolve
-from django.views.decorators.csrf import csrf_exempt
 
 from api.errors import not_found
 
@@ -41,7 +40,6 @@ class ApiTrailingSlashMiddleware:
         return self.get_response(request)
 
 
-@csrf_exempt  # nothing is written; a POST with a session must get the 404, not a CSRF page
 def api_not_found(request: HttpRequest, rest: str = "") -> HttpResponse:
     """Under ``/api/``, a path no view serves: the API's JSON 404 (``handler404`` is not used
     with DEBUG on)."""

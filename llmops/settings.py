@@ -88,6 +88,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "llmops.urls"
+CSRF_FAILURE_VIEW = "api.errors.csrf_failure"  # JSON under /api/, Django's page elsewhere
 LOGIN_URL = "login"  # the live page's sign-in (any active user; the admin's is for staff)
 LOGIN_REDIRECT_URL = "live"
 

@@ -203,3 +203,15 @@ def test_over_https_a_post_from_another_origin_is_refused_even_with_the_token(se
 
     ours = client.post("/login/", form, secure=True, HTTP_ORIGIN="https://testserver")
     assert ours.status_code == 302
+
+
+def test_a_csrf_refusal_under_api_where_no_view_answers_is_json(root):
+    """The /api/ catch-all (the JSON 404) is a plain view: Django's middleware checks CSRF for
+    it, and its refusal under /api/ is the API's error body, not Django's HTML page."""
+    response = root.post("/api/v1/failures/null,null/requeue/")
+    assert response.status_code == 403
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["code"] == "permission_denied"
+    assert response.json()["message"].startswith("CSRF Failed: ")
+    page = root.post("/admin/logout/")
+    assert page.status_code == 403 and page["Content-Type"].startswith("text/html")

@@ -73,12 +73,12 @@ def reserve(
     return verdict, reservation
 
 
-def burst_at_once(*, rpm: int, tries: int = 12) -> int:
-    """How many calls the limiter admits at once right now: ``tries`` reservations sent in one
-    MULTI/EXEC, so that Redis runs them back to back (no slot refills between them however slow
-    this process is scheduled), counted up to the first refusal."""
+def reserve_together(*, rpm: int, waits: list[int]) -> list[Verdict]:
+    """One reservation per entry of ``waits`` (its ``max_wait_ms``), sent in one MULTI/EXEC:
+    Redis runs them back to back on one clock reading's worth of time, so no paced slot comes
+    due between them however slowly this process is scheduled."""
     pipe = redis_client().pipeline(transaction=True)
-    for _ in range(tries):
+    for max_wait_ms in waits:
         job = uuid.uuid4().hex
         keys, args = reserve_call(
             provider=PROVIDER,
@@ -93,15 +93,24 @@ def burst_at_once(*, rpm: int, tries: int = 12) -> int:
             input_tpm=None,
             output_tpm=None,
             weights={},
-            max_wait_ms=0,
+            max_wait_ms=max_wait_ms,
         )
         reserve_script()(keys=keys, args=args, client=pipe)
-    verdicts = [verdict_of(answer) for answer in pipe.execute()]
+    return [verdict_of(answer) for answer in pipe.execute()]
+
+
+def admitted_at_once(verdicts: list[Verdict]) -> int:
+    """How many of the verdicts were admitted before the first refusal."""
     admitted = 0
-    while admitted < tries and verdicts[admitted].admitted:
+    while admitted < len(verdicts) and verdicts[admitted].admitted:
         admitted += 1
-    assert admitted < tries, "every try was admitted: the burst is larger than the test expects"
+    assert admitted < len(verdicts), "every try was admitted: the burst is larger than expected"
     return admitted
+
+
+def burst_at_once(*, rpm: int, tries: int = 12) -> int:
+    """How many calls the limiter admits at once right now (``reserve_together``)."""
+    return admitted_at_once(reserve_together(rpm=rpm, waits=[0] * tries))
 
 
 def settle(reservation: str, **kwargs: Any) -> None:
