@@ -18,6 +18,7 @@ urlpatterns = [
     path("admin/ops/dashboard/", include("ops.admin_dashboard")),
     path("admin/", admin.site.urls),
     path("live/", live_page, name="live"),
+    path("live/", include("jobs.live_urls")),  # the fault picker (development only)
     path("login/", LoginView.as_view(), name="login"),
     # Public: the OpenAPI 3 schema of every DRF view and its Swagger UI (from our static files).
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
