@@ -40,6 +40,7 @@ def sign_in_and_pick(page, server: str, fault: str) -> None:  # noqa: F811
     page.wait_for_url(f"{server}/login/?next=/live/")
     # In development the sign-in page says which login make run created.
     assert "demo" in page.locator("#demo-login-hint").inner_text()
+    page.screenshot(path=SCREENSHOTS / "login-page-development.png")
     page.fill("#id_username", "lena")
     page.fill("#id_password", "pw-lena")
     page.click("input[type=submit]")

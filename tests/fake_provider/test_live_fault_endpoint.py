@@ -12,7 +12,7 @@ from jobs import live_faults
 from jobs.models import LlmJob
 from tests.conftest import _free_port, job_body
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("prices")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
 URL = "/live/fault-jobs/"
 
@@ -48,6 +48,16 @@ def test_it_scripts_the_fault_for_that_job_alone(alice_client: APIClient, develo
     assert job.status == "queued" and job.feature == "email-classify"
     script = development.http.get("/_fake/faults").json()["script"]
     assert script == {"next": [], "keys": {job_id: ["529", "529", "ok"]}}
+
+
+def test_a_529_storm_retries_twice_then_completes(
+    alice_client: APIClient, development: Any, workers: Any
+):
+    response = alice_client.post(URL, body("529"), format="json")
+    workers.drain()
+    job = LlmJob.objects.get(id=response.json()["id"])
+    assert job.status == "completed" and job.attempts == 3
+    assert development.stats()["by_status"] == {"200": 1, "529": 2}
 
 
 def test_it_refuses_with_debug_off(alice_client: APIClient, fake_provider: Any, settings: Any):
