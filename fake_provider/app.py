@@ -89,7 +89,9 @@ from .state import (
     parse_rate_window,
     parse_rpm,
     parse_short_interval,
+    parse_stream_pace,
 )
+from .streaming import STREAM_FAULTS, StreamPlan, stream_answer
 
 __all__ = ["FakeAnthropicApp", "FakeServer", "build_server", "create_app"]
 
@@ -101,6 +103,14 @@ _BILLED_AS = {
     "trickle": "trickled",
 }
 """How a billed call ended, for the billing log, by the fault drawn for it (none: answered)."""
+_STREAM_BILLED_AS = {
+    "answered": "answered",
+    "error_event": "error_event",
+    "stalled": "stalled",
+    "dropped": "dropped",
+    "gone": "client_gone",
+}
+"""How a billed stream ended (streaming.py ``StreamEnd.how``): for what it streamed."""
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -232,6 +242,7 @@ class FakeAnthropicApp:
             "otpm",
             "rate_window_seconds",
             "short_interval_seconds",
+            "stream_tokens_per_second",
         }
         if not isinstance(payload, dict) or not payload or set(payload) - allowed:
             raise ApiError(
@@ -259,6 +270,10 @@ class FakeAnthropicApp:
             if "short_interval_seconds" in payload:
                 changes["short_interval_seconds"] = parse_short_interval(
                     payload["short_interval_seconds"]
+                )
+            if "stream_tokens_per_second" in payload:
+                changes["stream_tokens_per_second"] = parse_stream_pace(
+                    payload["stream_tokens_per_second"]
                 )
             seconds = payload.get("for_seconds")
             if seconds is not None and (
@@ -347,6 +362,9 @@ class FakeAnthropicApp:
             await asyncio.sleep(delay)
 
         fault = state.draw_fault() if step is None else step.fault
+        if not request.stream and fault in STREAM_FAULTS:
+            # Without a stream: an overload is a 529, a stall a call never answered.
+            fault = "529" if fault == "overloaded_midstream" else "timeout"
         if fault in FAULT_ERRORS:
             status, message, details = FAULT_ERRORS[fault]
             extra = rate_headers
@@ -360,6 +378,9 @@ class FakeAnthropicApp:
 
         reply = build_message(request, state)
         state.settle_tokens(decision, reply["usage"])
+        if request.stream and fault not in ("timeout", "trickle", "garbage"):
+            plan = StreamPlan(reply, state.config.stream_tokens_per_second, fault)
+            return await self._stream(plan, scope, send, receive, request, epoch, request_id)
         state.bill(
             request.price,
             reply["usage"],
@@ -395,6 +416,37 @@ class FakeAnthropicApp:
             )
         state.count_status(200, epoch)
         await _send(send, 200, body_out, [("request-id", request_id), *rate_headers])
+
+    async def _stream(
+        self,
+        plan: StreamPlan,
+        scope: Scope,
+        send: Send,
+        receive: Receive,
+        request: Any,
+        epoch: int,
+        request_id: str,
+    ) -> None:
+        """Stream the answer (streaming.py); bill what was generated before it ended."""
+        state = self.state
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        end = await stream_answer(plan, send, receive, [("request-id", request_id)], self.closing)
+        usage = dict(plan.reply["usage"])
+        usage["output_tokens"] = end.output_tokens
+        state.bill(
+            request.price,
+            usage,
+            epoch,
+            request_id=request_id,
+            idempotency_key=headers.get("idempotency-key", ""),
+            how=_STREAM_BILLED_AS[end.how],
+        )
+        if end.how in ("answered", "error_event"):
+            state.count_status(200, epoch)
+        elif end.how == "dropped":
+            state.count_dropped(epoch)
+        else:
+            state.count_timed_out(epoch)
 
     async def _hold(self, receive: Receive) -> bool:
         """Waits without answering; True once the client went away, False on server shutdown."""

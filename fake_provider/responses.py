@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -144,6 +145,7 @@ class MessagesRequest:
     segments: list[Segment]
     digest: bytes
     last_user_text: str
+    stream: bool = False
 
 
 def _invalid(message: str) -> ApiError:
@@ -216,8 +218,9 @@ def parse_request(payload: Any) -> MessagesRequest:
             raise _invalid("temperature: Input should be between 0 and 1")
     if payload.get("metadata") is not None and not isinstance(payload["metadata"], dict):
         raise _invalid("metadata: Input should be a valid dictionary")
-    if payload.get("stream"):
-        raise _invalid("stream: streaming is not supported by the fake provider")
+    stream = payload.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _invalid("stream: Input should be a valid boolean")
 
     counter = [0]
     segments: list[Segment] = []
@@ -274,10 +277,15 @@ def parse_request(payload: Any) -> MessagesRequest:
         )
     canonical = json.dumps([system, messages], sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode()).digest()
-    return MessagesRequest(model, price, max_tokens, segments, digest, last_user_text)
+    return MessagesRequest(model, price, max_tokens, segments, digest, last_user_text, stream)
 
 
 # --- the answer -------------------------------------------------------------------------------
+
+
+LONG_REPLY = re.compile(r"fake_output_tokens=(\d{1,7})")
+"""In the last user message, asks for a reply of that many output tokens (a long generation:
+``max_tokens`` still cuts it, with ``stop_reason`` max_tokens)."""
 
 
 def _natural_reply(request: MessagesRequest) -> str:
@@ -285,10 +293,26 @@ def _natural_reply(request: MessagesRequest) -> str:
     words: list[str] = []
     seed = request.digest
     count = 6 + seed[0] % 40
+    asked = LONG_REPLY.search(request.last_user_text)
+    if asked:
+        return _long_reply(int(asked.group(1)), seed)
     while len(words) < count:
         seed = hashlib.sha256(seed).digest()
         words.extend(_VOCABULARY[b % len(_VOCABULARY)] for b in seed[: count - len(words)])
     return f"Fake reply to: {snippet}. " + " ".join(words) + "."
+
+
+def _long_reply(tokens: int, seed: bytes) -> str:
+    """About ``tokens`` output tokens (4 characters each) of the vocabulary."""
+    words: list[str] = []
+    length = 0
+    while length < tokens * 4:
+        seed = hashlib.sha256(seed).digest()
+        for b in seed:
+            word = _VOCABULARY[b % len(_VOCABULARY)]
+            words.append(word)
+            length += len(word) + 1
+    return " ".join(words)[: tokens * 4]
 
 
 def _usage(request: MessagesRequest, state: FakeProviderState) -> dict[str, Any]:

@@ -64,6 +64,7 @@ CACHE_TTLS = {"5m": 300.0, "1h": 3600.0}
 FAULT_CODES = (
     "400", "401", "403", "404", "409", "413", "429", "500", "502", "503", "504", "529",
     "spendcap", "credit", "context", "usagelimit", "timeout", "drop", "garbage", "trickle",
+    "overloaded_midstream", "stall",
 )  # fmt: skip
 TRICKLE_INTERVAL_SECONDS = 1.0
 """A ``trickle`` answer sends one byte of its body this often: no read timeout ever fires."""
@@ -210,6 +211,15 @@ def parse_fault(spec: str) -> tuple[str, float]:
     return code, _rate(code, rate.strip())
 
 
+def parse_stream_pace(value: Any) -> float | None:
+    """Output tokens a second of a streamed answer: a positive number, or None / 0 for no pace."""
+    if value is None or value == 0:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"stream_tokens_per_second must be a positive number, not {value!r}")
+    return float(value)
+
+
 def parse_faults(
     faults: Mapping[str, Any] | Iterable[tuple[str, Any]],
 ) -> tuple[tuple[str, float], ...]:
@@ -232,6 +242,8 @@ class Config:
     otpm: int | None = None
     rate_window_seconds: float = WINDOW_SECONDS
     short_interval_seconds: float | None = None
+    stream_tokens_per_second: float | None = None
+    """A stream's pace (streaming.py); None: as fast as the socket takes it."""
 
     def short_limit(self) -> int | None:
         """Requests admitted in any ``short_interval_seconds`` (None: not enforced)."""
@@ -250,6 +262,7 @@ class Config:
             "otpm": self.otpm,
             "rate_window_seconds": self.rate_window_seconds,
             "short_interval_seconds": self.short_interval_seconds,
+            "stream_tokens_per_second": self.stream_tokens_per_second,
         }
 
     def describe_limits(self) -> str:
@@ -410,7 +423,7 @@ class FakeProviderState:
         self.billed = dict.fromkeys(_TOKEN_FIELDS, 0)
         self.cost = Decimal(0)
         # One entry per billed call: (request id, Idempotency-Key, cost, how it ended).
-        self.billing: deque[tuple[str, str, Decimal, str]] = deque(maxlen=BILLING_LOG_LIMIT)
+        self.billing: deque[tuple[str, str, Decimal, str, int]] = deque(maxlen=BILLING_LOG_LIMIT)
         self.billing_evicted = 0
 
     @property
@@ -633,7 +646,7 @@ class FakeProviderState:
         self.cost += cost
         if len(self.billing) == self.billing.maxlen:
             self.billing_evicted += 1
-        self.billing.append((request_id, idempotency_key, cost, how))
+        self.billing.append((request_id, idempotency_key, cost, how, usage["output_tokens"]))
         return cost
 
     def billing_log(self) -> dict[str, Any]:
@@ -645,8 +658,9 @@ class FakeProviderState:
                     "idempotency_key": key,
                     "cost_usd": format(cost.normalize(), "f"),
                     "how": how,
+                    "output_tokens": output_tokens,
                 }
-                for request_id, key, cost, how in self.billing
+                for request_id, key, cost, how, output_tokens in self.billing
             ],
             "evicted": self.billing_evicted,
         }
