@@ -2,7 +2,8 @@
 served by uvicorn (``build_server``; ``python manage.py fake_anthropic``).
 
 Routes:
-    POST /v1/messages        the Messages API (non-streaming), deterministic replies
+    POST /v1/messages        the Messages API, deterministic replies; with "stream": true as
+                             server-sent events (streaming.py), faults inside the stream too
     GET  /_fake/health       {"ok": true}
     GET  /_fake/stats        counters and the bill (see below)
     GET  /_fake/billing      every billed call: request id, Idempotency-Key, cost, how it ended
