@@ -146,6 +146,35 @@ def no_breaker(settings: Any) -> None:
     settings.LLM_BREAKER_ENABLED = False
 
 
+def _in_a_transaction(request: pytest.FixtureRequest) -> bool:
+    """A database test rolled back at its end (not a transactional one, which flushes)."""
+    marker = request.node.get_closest_marker("django_db")
+    if marker is not None:
+        return not (marker.kwargs.get("transaction") or (marker.args and marker.args[0]))
+    return "db" in request.fixturenames and not _FLUSHING_FIXTURES.intersection(
+        request.fixturenames
+    )
+
+
+_FLUSHING_FIXTURES = {"transactional_db", "live_server", "django_db_reset_sequences"}
+
+
+@pytest.fixture(autouse=True)
+def seeded_prices(request: pytest.FixtureRequest) -> None:
+    """The prices a data migration seeds, in every database test that runs in a transaction:
+    a transactional test that ran before it on this worker flushed them (tests/parallel.py
+    starts the slow ones, mostly transactional, first). One query when they are there."""
+    if not _in_a_transaction(request):
+        return
+    request.getfixturevalue("db")
+    from django.apps import apps
+
+    from ledger.models import ModelPrice
+
+    if not ModelPrice.objects.exists():
+        seed_prices.seed(apps, None)
+
+
 @pytest.fixture
 def prices(django_db_blocker: Any) -> None:
     """Transactional tests flush the tables, data-migration rows included: seed them again."""

@@ -21,13 +21,12 @@ if _worker.startswith("gw"):
     os.environ["REDIS_URL"] = f"{_base}/{_own}"
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_collection_modifyitems(items: list) -> object:  # type: ignore[type-arg]
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list) -> None:  # type: ignore[type-arg]
     """Tests marked ``slow`` (a minute or more of real time: a default-settings recovery, the
     reduced drill, a two-minute quiet socket) go first, so that their waits overlap the rest of
     the suite instead of ending it on one worker. Every worker sorts the same way (xdist needs
-    one order). Before pytest-django's own (stable) sort, which then keeps its groups: tests in
-    a transaction first, then transactional ones, whose flush empties what data migrations
-    seeded (the prices) for any test after them. (A wrapper: this runs before every plugin's.)"""
+    one order). After pytest-django's own sort (transactional tests last): most slow tests are
+    transactional, and their flush empties what data migrations seeded (the prices), which
+    tests/conftest.py ``seeded_prices`` puts back for the tests after them."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-    return (yield)
