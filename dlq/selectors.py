@@ -58,16 +58,16 @@ def failure_requeue_estimate(
 ) -> RequeueEstimate:
     """How many open records a bulk requeue would move and the most one attempt of each costs.
 
-    One query for the four job fields the bound needs: never the records' snapshots or messages,
+    One query for the five job fields the bound needs: never the records' snapshots or messages,
     nor the jobs' outputs.
     """
     requests = records.filter(state=FailureRecord.State.OPEN).values_list(
-        "job__model", "job__messages", "job__system", "job__max_tokens"
+        "job__model", "job__messages", "job__system", "job__max_tokens", "job__params"
     )
     prices: dict[str, object] = {}
     total = Decimal(0)
     count = 0
-    for job_model, messages, system, max_tokens in requests.iterator(chunk_size=500):
+    for job_model, messages, system, max_tokens, params in requests.iterator(chunk_size=500):
         run_model = model or job_model
         if run_model not in prices:
             prices[run_model] = price_for_model(model=run_model)
@@ -79,5 +79,6 @@ def failure_requeue_estimate(
                 messages=messages,
                 system=system,
                 max_tokens=max_tokens,
+                tools=(params or {}).get("tools"),
             )
     return RequeueEstimate(count=count, cost_usd=total)

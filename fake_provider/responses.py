@@ -146,6 +146,8 @@ class MessagesRequest:
     digest: bytes
     last_user_text: str
     stream: bool = False
+    options: dict[str, Any] | None = None
+    """tools, tool_choice, thinking, stop_sequences as sent (what shapes the answer)."""
 
 
 def _invalid(message: str) -> ApiError:
@@ -277,7 +279,14 @@ def parse_request(payload: Any) -> MessagesRequest:
         )
     canonical = json.dumps([system, messages], sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(canonical.encode()).digest()
-    return MessagesRequest(model, price, max_tokens, segments, digest, last_user_text, stream)
+    options = {
+        name: payload[name]
+        for name in ("tools", "tool_choice", "thinking", "stop_sequences")
+        if payload.get(name) is not None
+    }
+    return MessagesRequest(
+        model, price, max_tokens, segments, digest, last_user_text, stream, options
+    )
 
 
 # --- the answer -------------------------------------------------------------------------------
@@ -341,16 +350,84 @@ def _usage(request: MessagesRequest, state: FakeProviderState) -> dict[str, Any]
     }
 
 
+def _tool_to_call(request: MessagesRequest) -> dict[str, Any] | None:
+    """The client tool the answer calls: the one ``tool_choice`` names, any tool when it says
+    ``any``, else a tool whose name the last user message mentions; None: a text answer."""
+    options = request.options or {}
+    tools = [t for t in options.get("tools", []) if t.get("type", "custom") == "custom"]
+    choice = options.get("tool_choice") or {"type": "auto"}
+    if not tools or choice.get("type") == "none":
+        return None
+    if choice.get("type") == "tool":
+        return next((t for t in tools if t.get("name") == choice.get("name")), None)
+    if choice.get("type") == "any":
+        return tools[0]
+    return next((t for t in tools if t.get("name") and t["name"] in request.last_user_text), None)
+
+
+def _tool_input(tool: dict[str, Any]) -> dict[str, Any]:
+    """An input that fits the tool's schema: each required property, by its type."""
+    schema = tool.get("input_schema") or {}
+    samples = {"integer": 7, "number": 7.5, "boolean": True, "array": [], "object": {}}
+    properties = schema.get("properties") or {}
+    return {
+        name: samples.get((properties.get(name) or {}).get("type", "string"), "fake")
+        for name in schema.get("required") or []
+    }
+
+
 def build_message(request: MessagesRequest, state: FakeProviderState) -> dict[str, Any]:
-    """The full Messages API response (also touches the prompt-cache memory)."""
+    """The full Messages API response (also touches the prompt-cache memory): a thinking block
+    first when thinking is enabled, then the text, or a tool call (stop_reason tool_use)."""
+    options = request.options or {}
+    content: list[dict[str, Any]] = []
+    budget = request.max_tokens
+    thinking = options.get("thinking") or {}
+    if thinking.get("type") == "enabled":
+        thought = ("Considering the request step by step. " * 8).strip()
+        content.append(
+            {
+                "type": "thinking",
+                "thinking": thought,
+                "signature": "fake-" + request.digest.hex()[:32],
+            }
+        )
+        budget -= _tokens(thought)
     text = _natural_reply(request)
-    stop_reason = "end_turn"
-    if _tokens(text) > request.max_tokens:
-        text, stop_reason = text[: request.max_tokens * 4], "max_tokens"
+    stop_reason, stop_sequence = "end_turn", None
+    for sequence in options.get("stop_sequences", []):
+        at = text.find(sequence) if isinstance(sequence, str) and sequence else -1
+        if at >= 0:
+            text, stop_reason, stop_sequence = text[:at], "stop_sequence", sequence
+    if _tokens(text) > budget:
+        text, stop_reason, stop_sequence = text[: max(0, budget) * 4], "max_tokens", None
+    tool = _tool_to_call(request) if stop_reason == "end_turn" else None
+    if tool is not None:
+        text = f"I will call {tool['name']}."
+        content.append({"type": "text", "text": text})
+        content.append(
+            {
+                "type": "tool_use",
+                "id": "toolu_" + hashlib.sha256(request.digest).hexdigest()[:24],
+                "name": tool["name"],
+                "input": _tool_input(tool),
+            }
+        )
+        stop_reason = "tool_use"
+    else:
+        content.append({"type": "text", "text": text})
+    output_tokens = sum(
+        _tokens(
+            json.dumps(block["input"])
+            if block["type"] == "tool_use"
+            else block.get("text", block.get("thinking", ""))
+        )
+        for block in content
+    )
     usage = _usage(request, state)
     usage_out = {
         "input_tokens": usage["input_tokens"],
-        "output_tokens": _tokens(text),
+        "output_tokens": output_tokens,
         "cache_creation_input_tokens": usage["cache_creation_input_tokens"],
         "cache_read_input_tokens": usage["cache_read_input_tokens"],
         "cache_creation": usage["cache_creation"],
@@ -360,8 +437,8 @@ def build_message(request: MessagesRequest, state: FakeProviderState) -> dict[st
         "type": "message",
         "role": "assistant",
         "model": request.model,
-        "content": [{"type": "text", "text": text}],
+        "content": content,
         "stop_reason": stop_reason,
-        "stop_sequence": None,
+        "stop_sequence": stop_sequence,
         "usage": usage_out,
     }

@@ -56,6 +56,23 @@ def text_chunks(text: str, size: int = CHUNK_CHARS) -> Iterator[str]:
         yield text[start : start + size]
 
 
+def _opening(block: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A block's ``content_block_start`` form and the deltas that complete it, as the API
+    streams them: text and thinking grow from empty, a tool call's input comes as JSON text."""
+    if block["type"] == "text":
+        return {**block, "text": ""}, []
+    if block["type"] == "thinking":
+        return {**block, "thinking": "", "signature": ""}, [
+            {"type": "thinking_delta", "thinking": block["thinking"]},
+            {"type": "signature_delta", "signature": block["signature"]},
+        ]
+    if block["type"] == "tool_use":
+        return {**block, "input": {}}, [
+            {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        ]
+    return block, []
+
+
 def _tokens(text: str) -> int:
     return -(-len(text) // 4)
 
@@ -123,7 +140,7 @@ async def stream_answer(
         text = "".join(b.get("text", "") for b in reply["content"] if b["type"] == "text")
         break_at = int(len(text) * BREAK_SHARE) if plan.fault else None
         for index, block in enumerate(reply["content"]):
-            opening = {**block, "text": ""} if block["type"] == "text" else block
+            opening, deltas = _opening(block)
             await put(
                 event(
                     "content_block_start",
@@ -133,6 +150,13 @@ async def stream_answer(
             if index == 0:
                 await put(event("ping", {"type": "ping"}))
             if block["type"] != "text":
+                for delta in deltas:
+                    await put(
+                        event(
+                            "content_block_delta",
+                            {"type": "content_block_delta", "index": index, "delta": delta},
+                        )
+                    )
                 await put(
                     event("content_block_stop", {"type": "content_block_stop", "index": index})
                 )

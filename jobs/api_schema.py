@@ -99,6 +99,28 @@ class JobSubmitSerializer(serializers.Serializer):
         max_length=MAX_CONCURRENCY_KEY_LENGTH,
         help_text="Jobs sharing a key run one at a time (LLM_CONCURRENCY_KEY_LIMITS).",
     )
+    tools = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        allow_null=True,
+        help_text="Client tools ({name, description, input_schema}) or server tools ({type, "
+        "name, ...}); the answer's tool_use blocks come back in output.content.",
+    )
+    tool_choice = serializers.DictField(
+        required=False,
+        allow_null=True,
+        help_text="{type: auto | any | none} or {type: tool, name}.",
+    )
+    stop_sequences = serializers.ListField(
+        child=serializers.CharField(max_length=256), required=False, allow_null=True, max_length=16
+    )
+    top_p = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=1)
+    top_k = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=1000)
+    thinking = serializers.DictField(
+        required=False,
+        allow_null=True,
+        help_text="{type: enabled, budget_tokens: N}, 1024 <= N < max_tokens; billed as output.",
+    )
 
 
 SUBMIT_EXAMPLE = OpenApiExample(
@@ -122,6 +144,11 @@ class JobSubmittedSerializer(serializers.Serializer):
 class JobOutputTextSerializer(serializers.Serializer):
     text = serializers.CharField()
     stop_reason = serializers.CharField(allow_null=True)
+    content = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="Every content block as the API returned it: text, thinking, tool_use, "
+        "server tool results.",
+    )
 
 
 class JobUsageSerializer(serializers.Serializer):

@@ -30,7 +30,7 @@ from jobs.api_schema import (
     JobUsageSerializer,
 )
 from jobs.models import LlmJob
-from jobs.selectors import job_get_for_user, job_list_for_user
+from jobs.selectors import job_get_for_user, job_list_for_user, job_output
 from jobs.services import job_cancel, job_submit
 
 JOB_ID = OpenApiParameter(
@@ -74,9 +74,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(JobOutputTextSerializer(allow_null=True))
     def get_output(self, job: LlmJob) -> dict | None:
-        if job.output_text is None:
-            return None
-        return {"text": job.output_text, "stop_reason": job.stop_reason or None}
+        return job_output(job)
 
     @extend_schema_field(JobUsageSerializer(allow_null=True))
     def get_usage(self, job: LlmJob) -> dict | None:

@@ -42,6 +42,14 @@ class LlmJob(models.Model):
     max_tokens = models.PositiveIntegerField()
     temperature = models.FloatField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    params = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "tools, tool_choice, stop_sequences, top_p, top_k, thinking as submitted: sent to "
+            "the provider unchanged (jobs/request_params.py)."
+        ),
+    )
 
     concurrency_key = models.CharField(
         max_length=200,
@@ -82,6 +90,12 @@ class LlmJob(models.Model):
     next_attempt_at = models.DateTimeField(null=True, blank=True)
 
     output_text = models.TextField(null=True, blank=True)
+    output_content = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Every content block of the answer as the API returned it (text, thinking, "
+        "tool_use, server tool results).",
+    )
     stop_reason = models.CharField(max_length=40, blank=True)
     input_tokens = models.PositiveIntegerField(null=True, blank=True)
     output_tokens = models.PositiveIntegerField(null=True, blank=True)
@@ -141,6 +155,7 @@ class LlmJob(models.Model):
             body["system"] = self.system
         if self.temperature is not None:
             body["temperature"] = self.temperature
+        body.update(self.params or {})
         return body
 
 

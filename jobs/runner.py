@@ -356,6 +356,7 @@ def _attempt(
                         attempt=job.attempts,
                         result=SuccessResult(
                             text=outcome.text,
+                            content=outcome.content,
                             stop_reason=outcome.stop_reason,
                             usage=outcome.usage,
                             http_status=outcome.http_status,

@@ -1,4 +1,5 @@
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import User
@@ -66,3 +67,15 @@ def jobs_runnable(*, job_id: str, rq_job_id: str | None) -> QuerySet[LlmJob]:
 def job_for_run(*, job_id: str, rq_job_id: str | None) -> LlmJob | None:
     """The job an RQ job is about to run, read without a lock (``job_claim`` decides)."""
     return jobs_runnable(job_id=job_id, rq_job_id=rq_job_id).first()
+
+
+def job_output(job: LlmJob) -> dict[str, Any] | None:
+    """A job's ``output`` as the API shows it: the text, the stop reason, and every content
+    block (a job completed before blocks were kept shows its text as one block)."""
+    if job.output_text is None:
+        return None
+    return {
+        "text": job.output_text,
+        "stop_reason": job.stop_reason or None,
+        "content": job.output_content or [{"type": "text", "text": job.output_text}],
+    }

@@ -83,6 +83,8 @@ class SuccessResult:
     http_status: int | None
     request_id: str
     latency_ms: int
+    content: list[dict[str, Any]] | None = None
+    """Every content block of the answer (text, thinking, tool_use, ...)."""
 
 
 @dataclass
@@ -227,6 +229,7 @@ def job_build(
         max_tokens=request.max_tokens,
         temperature=request.temperature,
         metadata=request.metadata or {},
+        params=request.params or {},
         concurrency_key=request.concurrency_key or "",
         idempotency_key=idempotency_key,
         idempotency_key_hash=idempotency_key_hash,
@@ -345,6 +348,7 @@ def job_complete(*, job_id: uuid.UUID, attempt: int, result: SuccessResult) -> L
     job.completed_at = timezone.now()
     job.next_attempt_at = None
     job.output_text = result.text
+    job.output_content = result.content
     job.stop_reason = result.stop_reason
     job.input_tokens = usage["input_tokens"]
     job.output_tokens = usage["output_tokens"]
@@ -361,6 +365,7 @@ def job_complete(*, job_id: uuid.UUID, attempt: int, result: SuccessResult) -> L
             "next_attempt_at",
             "rq_job_id",
             "output_text",
+            "output_content",
             "stop_reason",
             "input_tokens",
             "output_tokens",

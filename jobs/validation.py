@@ -9,6 +9,7 @@ from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from api.errors import ValidationFailed
+from jobs.request_params import PARAM_FIELDS, validate_params
 
 __all__ = ["JobRequest", "validate_job_request"]
 
@@ -21,6 +22,7 @@ ALLOWED_FIELDS = {
     "temperature",
     "metadata",
     "concurrency_key",
+    *PARAM_FIELDS,
 }
 MAX_CONCURRENCY_KEY_LENGTH = 200
 FEATURE_RE = re.compile(r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$")
@@ -43,14 +45,18 @@ class JobRequest:
     temperature: float | None = None
     metadata: dict[str, Any] | None = None
     concurrency_key: str | None = None
+    params: dict[str, Any] | None = None
+    """tools, tool_choice, stop_sequences, top_p, top_k, thinking: those given
+    (jobs/request_params.py)."""
 
     def fingerprint(self) -> str:
         # The fields as they are: json.dumps walks them without the deep copy asdict makes
         # (a fifth of the time, for a batch's thousands), into the same canonical text.
         fields = {field.name: getattr(self, field.name) for field in dataclass_fields(self)}
-        if fields["concurrency_key"] is None:
-            # Jobs submitted before the field existed keep the fingerprint they were given.
-            del fields["concurrency_key"]
+        for later in ("concurrency_key", "params"):
+            if not fields[later]:
+                # Jobs submitted before the field existed keep the fingerprint they were given.
+                del fields[later]
         canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -287,6 +293,7 @@ def validate_job_request(data: Any) -> JobRequest:
                 "concurrency_key",
             )
 
+    params = validate_params(data, max_tokens=max_tokens, temperature=temperature)
     return JobRequest(
         feature=feature,
         model=model,
@@ -296,4 +303,5 @@ def validate_job_request(data: Any) -> JobRequest:
         temperature=temperature,
         metadata=metadata,
         concurrency_key=concurrency_key,
+        params=params or None,
     )

@@ -277,7 +277,11 @@ def budget_reserve(*, job: "LlmJob", attempt: int) -> BudgetRefusal | Reservatio
     amount = Decimal(0)
     if price is not None:
         amount = upper_bound_cost(
-            price, messages=job.messages, system=job.system, max_tokens=job.max_tokens
+            price,
+            messages=job.messages,
+            system=job.system,
+            max_tokens=job.max_tokens,
+            tools=(job.params or {}).get("tools"),
         )
     now = timezone.now()
     bounds = {b.id: window_bounds(b.period, now) for b in budgets}

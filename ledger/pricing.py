@@ -79,6 +79,10 @@ under ten tokens with count_tokens, so 64 is a generous allowance, not a measure
 MESSAGE_FRAMING_TOKENS = 16
 """Per message: the role marker and the turn separators around it (an allowance, as above)."""
 
+TOOLS_SYSTEM_PROMPT_TOKENS = 1000
+"""With tools, the API adds a system prompt of its own (a few hundred tokens per the provider's
+pricing page, by model and tool_choice); 1,000 is an allowance above every published figure."""
+
 BLOCK_FRAMING_TOKENS = 16
 """Per content block: the delimiters around an image, a document (its title and context are
 counted as text besides), a tool call's name and id, a tool result (an allowance, as above)."""
@@ -165,15 +169,33 @@ def estimate_input_tokens(*, messages: list[dict[str, Any]], system: Any = None)
     return tokens
 
 
+def tools_tokens(tools: Any) -> int:
+    """The most input tokens a job's ``tools`` add: their definitions' UTF-8 bytes and the
+    system prompt the API adds when tools are given (``TOOLS_SYSTEM_PROMPT_TOKENS``). A server
+    tool's own per-use fee (a web search) is not a token and is not bounded here."""
+    if not tools:
+        return 0
+    definitions = json.dumps(tools, separators=(",", ":"), ensure_ascii=False)
+    return TOOLS_SYSTEM_PROMPT_TOKENS + len(definitions.encode())
+
+
 def upper_bound_cost(
-    price: ModelPrice, *, messages: list[dict[str, Any]], system: Any, max_tokens: int
+    price: ModelPrice,
+    *,
+    messages: list[dict[str, Any]],
+    system: Any,
+    max_tokens: int,
+    tools: Any = None,
 ) -> Decimal:
-    """The most an attempt can cost: every input token at the dearest input rate (a cache write
-    costs more than plain input) and the whole ``max_tokens`` at the output rate."""
+    """The most an attempt can cost: every input token (tools included) at the dearest input
+    rate (a cache write costs more than plain input) and the whole ``max_tokens`` at the output
+    rate (extended thinking is output, within ``max_tokens``)."""
     input_rate = max(
         price.input_per_mtok, price.cache_write_5m_per_mtok, price.cache_write_1h_per_mtok
     )
-    tokens_in = Decimal(estimate_input_tokens(messages=messages, system=system))
+    tokens_in = Decimal(
+        estimate_input_tokens(messages=messages, system=system) + tools_tokens(tools)
+    )
     total = tokens_in * input_rate + Decimal(max_tokens) * price.output_per_mtok
     # Round up: a bound rounded half-up to the micro-dollar could fall below a cost that is.
     return (total / MILLION).quantize(MICRO_USD, rounding=ROUND_CEILING)

@@ -58,7 +58,11 @@ def job_upper_bound_cost(*, job: "LlmJob") -> Decimal:
     if price is None:
         return Decimal(0)
     return upper_bound_cost(
-        price, messages=job.messages, system=job.system, max_tokens=job.max_tokens
+        price,
+        messages=job.messages,
+        system=job.system,
+        max_tokens=job.max_tokens,
+        tools=(job.params or {}).get("tools"),
     )
 
 
@@ -73,7 +77,11 @@ def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRec
         cost = attempt_cost(price, record.usage) if price else Decimal(0)
     elif record.maybe_billed and price is not None:
         cost = upper_bound_cost(
-            price, messages=job.messages, system=job.system, max_tokens=job.max_tokens
+            price,
+            messages=job.messages,
+            system=job.system,
+            max_tokens=job.max_tokens,
+            tools=(job.params or {}).get("tools"),
         )
         estimated = True
     else:

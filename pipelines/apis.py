@@ -24,6 +24,7 @@ from api.submit_throttles import SubmitThrottle
 from api.submits import accepted_response
 from jobs.api_schema import JobErrorSerializer, JobOutputTextSerializer
 from jobs.models import LlmJob
+from jobs.selectors import job_output
 from pipelines.api_schema import (
     SUBMIT_EXAMPLE,
     PipelineSubmitSerializer,
@@ -96,10 +97,7 @@ class PipelineStepSerializer(serializers.Serializer):
 
     @extend_schema_field(JobOutputTextSerializer(allow_null=True))
     def get_output(self, step: PipelineStep) -> dict | None:
-        job = step.job
-        if job is None or job.output_text is None:
-            return None
-        return {"text": job.output_text, "stop_reason": job.stop_reason or None}
+        return None if step.job is None else job_output(step.job)
 
     @extend_schema_field(PipelineStepErrorSerializer(allow_null=True))
     def get_error(self, step: PipelineStep) -> dict | None:

@@ -5,6 +5,7 @@ reports what it observed as a ``ProviderOutcome``; it never raises for provider 
 """
 
 import functools
+import inspect
 import logging
 import time
 from typing import Any
@@ -163,6 +164,25 @@ def _transport_failure(
     )
 
 
+@functools.cache
+def _sdk_parameters() -> frozenset[str]:
+    """The body fields the pinned SDK's ``messages.create`` takes by name."""
+    from anthropic.resources.messages import Messages
+
+    return frozenset(inspect.signature(Messages.create).parameters) - {"self"}
+
+
+def _split_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The body as the SDK's named arguments, and the rest (``temperature``, ``top_p``,
+    ``top_k`` are not named by this SDK) as ``extra_body``: the provider gets every field as
+    the job gave it, whichever fields an SDK release names."""
+    named = _sdk_parameters()
+    return (
+        {k: v for k, v in body.items() if k in named},
+        {k: v for k, v in body.items() if k not in named},
+    )
+
+
 def _call(request: ProviderRequest) -> ProviderOutcome:
     client = get_client(
         settings.ANTHROPIC_BASE_URL,
@@ -174,10 +194,12 @@ def _call(request: ProviderRequest) -> ProviderOutcome:
         request.read_timeout or settings.LLM_PROVIDER_READ_TIMEOUT,
         connect=settings.LLM_PROVIDER_CONNECT_TIMEOUT,
     )
+    named, extra = _split_body(request.body)
     started = time.monotonic()
     try:
         raw = client.messages.with_raw_response.create(
-            **request.body,
+            **named,
+            extra_body=extra or None,
             extra_headers={"Idempotency-Key": request.idempotency_key},
             timeout=timeout,
         )
@@ -211,6 +233,7 @@ def _call(request: ProviderRequest) -> ProviderOutcome:
         http_status=raw.http_response.status_code,
         request_id=raw.headers.get("request-id", ""),
         text=text,
+        content=[block.model_dump(mode="json", exclude_unset=True) for block in message.content],
         stop_reason=message.stop_reason or "",
         usage=_usage(message.usage),
         rate_limit_headers=rate_limit_headers(raw.headers),

@@ -43,6 +43,8 @@ class ProviderOutcome:
     retry_after: float | None = None
     rate_limit_headers: dict[str, str] = field(default_factory=dict)
     text: str = ""
+    content: list[dict[str, Any]] = field(default_factory=list)
+    """Every content block of the answer, as the API returned it."""
     stop_reason: str = ""
     usage: dict[str, int] = field(default_factory=dict)
 

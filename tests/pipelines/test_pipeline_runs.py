@@ -58,7 +58,11 @@ def test_it_runs_three_steps_in_order_passing_each_output_to_the_next(
     assert fake_provider.stats()["requests"] == 3
     assert [j.attempts for j in (first, second, third)] == [1, 1, 1]
     assert second.feature == "summarize" and third.max_tokens == 128
-    assert body["steps"][1]["output"] == {"text": second.output_text, "stop_reason": "end_turn"}
+    assert body["steps"][1]["output"] == {
+        "text": second.output_text,
+        "stop_reason": "end_turn",
+        "content": [{"type": "text", "text": second.output_text}],
+    }
     assert Decimal(body["cost_usd"]) == first.cost_usd + second.cost_usd + third.cost_usd > 0
     assert body["steps"][2]["cost_usd"] == f"{third.cost_usd:.6f}"
 
