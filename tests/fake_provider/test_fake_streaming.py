@@ -3,7 +3,6 @@ as the worker will: the API's event order, pings, usage in ``message_start`` and
 ``message_delta``, a 40,000-token generation, faults inside the stream (an ``overloaded_error``
 event, a stall without pings, a dropped connection) billed for what streamed before them."""
 
-import threading
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -14,31 +13,20 @@ import httpx
 import httpx2
 import pytest
 
-from fake_provider import FakeProviderState, build_server, create_app
-from tests.fake_provider.test_fake_provider import MODEL, configure, sdk, stats
+from tests.fake_provider.test_fake_provider import (  # noqa: F401  (fixtures)
+    MODEL,
+    configure,
+    sdk,
+    server_url,
+    stats,
+    url,
+)
 
 
 @pytest.fixture(autouse=True)
 def redis_clean() -> Iterator[None]:
     """Overrides the project-wide Redis flush: these tests need neither Redis nor a database."""
     yield
-
-
-@pytest.fixture(scope="module")
-def server_url() -> Iterator[str]:
-    server = build_server(create_app(FakeProviderState(seed=1)), "127.0.0.1", 0)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    assert server.ready.wait(10), "fake provider did not start"
-    yield f"http://127.0.0.1:{server.bound_port}"
-    server.should_exit = True
-    thread.join(10)
-
-
-@pytest.fixture
-def url(server_url: str) -> str:
-    httpx.post(f"{server_url}/_fake/reset").raise_for_status()
-    return server_url
 
 
 def stream_events(client: anthropic.Anthropic, text: str, max_tokens: int = 256) -> list:
@@ -55,7 +43,7 @@ def billing(base: str) -> list[dict]:
     return httpx.get(f"{base}/_fake/billing").json()["calls"]
 
 
-def test_a_stream_has_the_apis_events_and_equals_the_whole_answer(url: str) -> None:
+def test_a_stream_has_the_apis_events_and_equals_the_whole_answer(url: str) -> None:  # noqa: F811
     client = sdk(url)
     whole = client.messages.create(
         model=MODEL, max_tokens=256, messages=[{"role": "user", "content": "Classify: refund"}]
@@ -77,7 +65,7 @@ def test_a_stream_has_the_apis_events_and_equals_the_whole_answer(url: str) -> N
     assert calls[0]["cost_usd"] == calls[1]["cost_usd"]
 
 
-def test_the_sdks_message_stream_accumulates_the_same_message(url: str) -> None:
+def test_the_sdks_message_stream_accumulates_the_same_message(url: str) -> None:  # noqa: F811
     client = sdk(url)
     with client.messages.stream(
         model=MODEL, max_tokens=256, messages=[{"role": "user", "content": "Summarise: late"}]
@@ -91,7 +79,7 @@ def test_the_sdks_message_stream_accumulates_the_same_message(url: str) -> None:
     assert final.stop_reason == "end_turn"
 
 
-def test_a_forty_thousand_token_generation_streams_in_one_call(url: str) -> None:
+def test_a_forty_thousand_token_generation_streams_in_one_call(url: str) -> None:  # noqa: F811
     events = stream_events(sdk(url), "fake_output_tokens=40000 please", max_tokens=64_000)
     text = "".join(e.delta.text for e in events if e.type == "content_block_delta")
     assert len(text) == 160_000
@@ -103,7 +91,7 @@ def test_a_forty_thousand_token_generation_streams_in_one_call(url: str) -> None
     assert cut[-2].delta.stop_reason == "max_tokens" and cut[-2].usage.output_tokens == 1000
 
 
-def test_a_slow_stream_sends_pings_while_it_works(url: str) -> None:
+def test_a_slow_stream_sends_pings_while_it_works(url: str) -> None:  # noqa: F811
     configure(url, stream_tokens_per_second=20)
     seen: list[str] = []
     with httpx.stream(
@@ -126,7 +114,7 @@ def test_a_slow_stream_sends_pings_while_it_works(url: str) -> None:
     assert seen[-1] == "message_stop"
 
 
-def test_an_overloaded_error_mid_stream_is_the_sdks_529_and_bills_what_streamed(url: str) -> None:
+def test_an_overloaded_error_mid_stream_is_the_sdks_529_and_bills_what_streamed(url: str) -> None:  # noqa: F811
     configure(url, faults={"overloaded_midstream": 1.0})
     client = sdk(url)
     streamed = []
@@ -153,7 +141,7 @@ def test_an_overloaded_error_mid_stream_is_the_sdks_529_and_bills_what_streamed(
     assert plain.value.status_code == 529
 
 
-def test_a_stall_sends_nothing_more_and_only_an_idle_bound_ends_it(url: str) -> None:
+def test_a_stall_sends_nothing_more_and_only_an_idle_bound_ends_it(url: str) -> None:  # noqa: F811
     configure(url, faults={"stall": 1.0})
     client = sdk(url, read=2)  # the read timeout as the idle bound
     streamed = []
@@ -175,7 +163,7 @@ def test_a_stall_sends_nothing_more_and_only_an_idle_bound_ends_it(url: str) -> 
     assert call["how"] == "stalled" and 0 < call["output_tokens"] < 1000
 
 
-def test_a_dropped_stream_is_a_connection_error_billed_for_what_streamed(url: str) -> None:
+def test_a_dropped_stream_is_a_connection_error_billed_for_what_streamed(url: str) -> None:  # noqa: F811
     configure(url, faults={"drop": 1.0})
     streamed = []
     with pytest.raises((anthropic.APIConnectionError, httpx2.RemoteProtocolError)):
@@ -194,7 +182,7 @@ def test_a_dropped_stream_is_a_connection_error_billed_for_what_streamed(url: st
     assert stats(url)["dropped"] == 1
 
 
-def test_a_client_that_leaves_mid_stream_is_billed_for_what_streamed(url: str) -> None:
+def test_a_client_that_leaves_mid_stream_is_billed_for_what_streamed(url: str) -> None:  # noqa: F811
     configure(url, stream_tokens_per_second=200)
     with sdk(url).messages.create(
         model=MODEL,
