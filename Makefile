@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 # pytest-xdist workers for make test (each its own test database and Redis index, tests/parallel.py).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 .PHONY: run token test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-batch chaos clean
 
