@@ -39,6 +39,19 @@ def stream_events(client: anthropic.Anthropic, text: str, max_tokens: int = 256)
         return list(stream)
 
 
+def read_stream(client: anthropic.Anthropic, *, tokens: int, into: list) -> None:
+    """Stream a reply of ``tokens`` output tokens into ``into``, event by event: what arrived
+    before an error stays there for the test to read."""
+    with client.messages.create(
+        model=MODEL,
+        max_tokens=4000,
+        stream=True,
+        messages=[{"role": "user", "content": f"fake_output_tokens={tokens}"}],
+    ) as stream:
+        for event in stream:
+            into.append(event)
+
+
 def billing(base: str) -> list[dict]:
     return httpx.get(f"{base}/_fake/billing").json()["calls"]
 
@@ -119,14 +132,7 @@ def test_an_overloaded_error_mid_stream_is_the_sdks_529_and_bills_what_streamed(
     client = sdk(url)
     streamed = []
     with pytest.raises(anthropic.APIStatusError) as error:
-        with client.messages.create(
-            model=MODEL,
-            max_tokens=4000,
-            stream=True,
-            messages=[{"role": "user", "content": "fake_output_tokens=2000"}],
-        ) as stream:
-            for e in stream:
-                streamed.append(e)
+        read_stream(client, tokens=2000, into=streamed)
     assert "overloaded_error" in str(error.value)
     text = "".join(e.delta.text for e in streamed if e.type == "content_block_delta")
     assert 0 < len(text) < 8000
@@ -148,14 +154,7 @@ def test_a_stall_sends_nothing_more_and_only_an_idle_bound_ends_it(url: str) -> 
     started = time.monotonic()
     # Read mid-stream, the transport's own error: the SDK wraps only what happens before.
     with pytest.raises((anthropic.APITimeoutError, httpx2.ReadTimeout)):
-        with client.messages.create(
-            model=MODEL,
-            max_tokens=4000,
-            stream=True,
-            messages=[{"role": "user", "content": "fake_output_tokens=1000"}],
-        ) as stream:
-            for e in stream:
-                streamed.append(e)
+        read_stream(client, tokens=1000, into=streamed)
     assert 2 <= time.monotonic() - started < 10
     assert streamed and streamed[0].type == "message_start"
     time.sleep(0.3)  # the fake notices the client went away
@@ -167,14 +166,7 @@ def test_a_dropped_stream_is_a_connection_error_billed_for_what_streamed(url: st
     configure(url, faults={"drop": 1.0})
     streamed = []
     with pytest.raises((anthropic.APIConnectionError, httpx2.RemoteProtocolError)):
-        with sdk(url).messages.create(
-            model=MODEL,
-            max_tokens=4000,
-            stream=True,
-            messages=[{"role": "user", "content": "fake_output_tokens=1000"}],
-        ) as stream:
-            for e in stream:
-                streamed.append(e)
+        read_stream(sdk(url), tokens=1000, into=streamed)
     assert streamed
     time.sleep(0.2)
     (call,) = billing(url)
