@@ -60,8 +60,8 @@ MIN_DURATION = 40.0
 
 STALE_AFTER_SECONDS = 10.0
 LONG_CALL_SECONDS = STALE_AFTER_SECONDS + 5.0
-"""A long call outlives the stale threshold by a few heartbeats, and stays well under the read
-timeout (LLM_PROVIDER_READ_TIMEOUT, 60 s, not scaled)."""
+"""A long call outlives the stale threshold by a few heartbeats, and stays well under the
+stream's idle bound (LLM_STREAM_IDLE_SECONDS, below)."""
 LONG_CALL_WINDOW_SECONDS = 2.0
 """Calls that arrive at the provider within this window take LONG_CALL_SECONDS; the window
 lasts until LONG_CALLS_WANTED calls arrived in it, however slow the machine."""
@@ -69,9 +69,9 @@ LONG_CALLS_WANTED = 4
 LONG_CALL_MAX_WAIT_SECONDS = 30.0
 """The long-call window closes after this even if fewer calls arrived (the check says so)."""
 READ_TIMEOUT_SECONDS = 20.0
-"""The drill's LLM_PROVIDER_READ_TIMEOUT: the long calls (15 s) stay under it; a trickling call
+"""The drill's LLM_STREAM_IDLE_SECONDS: the long calls (15 s) stay under it; a trickling call
 (the fake provider's ``trickle``: a byte a second, ten minutes for a whole answer) outlives the
-call's deadline of connect + read timeout (22 s) well within the drill."""
+call's deadline of connect + idle bound (22 s) well within the drill."""
 CONNECT_TIMEOUT_SECONDS = 2.0
 """The drill's LLM_PROVIDER_CONNECT_TIMEOUT: the fake provider is local; a shorter deadline lets
 the trickling call end before the reduced drill's kill (which waits for it)."""
@@ -154,8 +154,8 @@ def timeline(options: DrillOptions) -> list[Phase]:
 
 
 def call_deadline_seconds() -> float:
-    """The deadline of a drill call (128 tokens: the read timeout's floor applies), as
-    providers/limits.py computes it: the connect timeout plus the read timeout."""
+    """The deadline of a drill call (128 tokens: the idle bound outweighs the generation time),
+    as providers/limits.py computes it: the connect timeout plus the idle bound."""
     return CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS
 
 
@@ -226,7 +226,7 @@ def knobs(options: DrillOptions) -> list[Knob]:
             "read timeout) passes before the reduced drill's kill",
         ),
         Knob(
-            "LLM_PROVIDER_READ_TIMEOUT",
+            "LLM_STREAM_IDLE_SECONDS",
             f"{READ_TIMEOUT_SECONDS:g}",
             "60",
             "a trickling call reaches its deadline (connect + read timeout) within the drill; "

@@ -11,26 +11,20 @@ from django.utils import timezone
 from api.errors import LimitExceeded, ValidationFailed
 from ledger.budgets import budgets_exhausted_for
 from ledger.selectors import price_for_model, unknown_model_error
-from providers.registry import provider_for
 
 __all__ = ["check_against_price_table", "check_budgets_not_spent", "idempotency_key_hash"]
 
 
 def check_against_price_table(*, model: str, max_tokens: int) -> None:
-    """A model must have a price, and ``max_tokens`` must fit both the model and a non-streaming
-    call (longer generations would be cut off by the read timeout and paid again)."""
+    """A model must have a price, and ``max_tokens`` must fit the model's own output limit (kept
+    beside its price): every call streams, so no call-length ceiling applies below it."""
     price = price_for_model(model=model)
     if price is None:
         raise unknown_model_error(model)
-    maximum = min(price.max_output_tokens, provider_for(model).max_tokens_limit())
+    maximum = price.max_output_tokens
     if max_tokens > maximum:
         raise ValidationFailed(
-            f"max_tokens must be between 1 and {maximum} for {model}"
-            + (
-                " (a non-streaming call expected to run past 10 minutes is refused)."
-                if maximum < price.max_output_tokens
-                else "."
-            ),
+            f"max_tokens must be between 1 and {maximum} for {model}.",
             code="invalid_max_tokens",
             detail={"field": "max_tokens", "maximum": maximum},
         )

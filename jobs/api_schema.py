@@ -142,12 +142,20 @@ class JobSubmittedSerializer(serializers.Serializer):
 
 
 class JobOutputTextSerializer(serializers.Serializer):
-    text = serializers.CharField()
-    stop_reason = serializers.CharField(allow_null=True)
+    text = serializers.CharField(
+        allow_null=True, help_text="The answer's text (null while the job runs)."
+    )
+    stop_reason = serializers.CharField(
+        allow_null=True, help_text="As the API gave it; `cancelled` for a job cancelled mid-call."
+    )
     content = serializers.ListField(
         child=serializers.DictField(),
         help_text="Every content block as the API returned it: text, thinking, tool_use, "
         "server tool results.",
+    )
+    partial_text = serializers.CharField(
+        required=False,
+        help_text="A running job (one job's GET only): the text its attempt has streamed so far.",
     )
 
 

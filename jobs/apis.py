@@ -3,6 +3,7 @@
 import uuid
 from typing import cast
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -16,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.errors import Conflict
 from api.pagination import Pagination, paginated_response
 from api.path_ids import uuid_or_not_found
 from api.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors, location_header
@@ -30,7 +32,12 @@ from jobs.api_schema import (
     JobUsageSerializer,
 )
 from jobs.models import LlmJob
-from jobs.selectors import job_get_for_user, job_list_for_user, job_output
+from jobs.selectors import (
+    job_get_for_user,
+    job_list_for_user,
+    job_output,
+    job_wait_while_running,
+)
 from jobs.services import job_cancel, job_submit
 
 JOB_ID = OpenApiParameter(
@@ -74,7 +81,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(JobOutputTextSerializer(allow_null=True))
     def get_output(self, job: LlmJob) -> dict | None:
-        return job_output(job)
+        return job_output(job, partial=self.context.get("partial", False))
 
     @extend_schema_field(JobUsageSerializer(allow_null=True))
     def get_usage(self, job: LlmJob) -> dict | None:
@@ -181,21 +188,35 @@ class JobDetailApi(APIView):
     )
     def get(self, request: Request, job_id: str) -> Response:
         job = job_get_for_user(user=cast(User, request.user), job_id=_parse_id(job_id))
-        return Response(JobOutputSerializer(job).data)
+        return Response(JobOutputSerializer(job, context={"partial": True}).data)
 
 
 class JobCancelApi(APIView):
     @extend_schema(
         operation_id="jobs_cancel",
-        summary="Cancel a queued or retrying job",
+        summary="Cancel a job: waiting, or running (its stream is closed)",
+        description="A queued or retrying job is cancelled at once (200). A running job's "
+        "worker closes its stream within about two seconds and books what streamed: the "
+        "answer waits up to `LLM_CANCEL_WAIT_SECONDS` for that (200, `cancelled`, the partial "
+        "output kept), else answers 202 with the job still `running`, to be polled.",
         request=None,
         parameters=[JOB_ID, *error_headers()],
         responses={
             200: JobOutputSerializer,
+            202: JobOutputSerializer,
             **errors({404: ["job_not_found"], 409: ["not_cancellable"]}),
         },
     )
     def post(self, request: Request, job_id: str) -> Response:
         job = job_get_for_user(user=cast(User, request.user), job_id=_parse_id(job_id))
-        job = job_cancel(job=job)
+        job = job_cancel(job=job, running=True)
+        job = job_wait_while_running(job=job, seconds=settings.LLM_CANCEL_WAIT_SECONDS)
+        if job.status == LlmJob.Status.RUNNING:
+            return Response(JobOutputSerializer(job).data, status=202)
+        if job.status != LlmJob.Status.CANCELLED:
+            raise Conflict(
+                f"The job ended {job.status} before its cancel reached it.",
+                code="not_cancellable",
+                detail={"status": job.status},
+            )
         return Response(JobOutputSerializer(job).data)

@@ -13,7 +13,7 @@ __all__ = ["read_timeout_problems", "throttle_rate_problems"]
 
 def read_timeout_problems(*, read_timeout: float, job_timeout: float) -> list[str]:
     if read_timeout >= job_timeout:
-        return ["LLM_PROVIDER_READ_TIMEOUT must stay below LLM_JOB_TIMEOUT"]
+        return ["LLM_STREAM_IDLE_SECONDS must stay below LLM_JOB_TIMEOUT"]
     return []
 
 
@@ -31,7 +31,7 @@ def check_job_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         *errors(
             "jobs.E001",
             read_timeout_problems(
-                read_timeout=settings.LLM_PROVIDER_READ_TIMEOUT,
+                read_timeout=settings.LLM_STREAM_IDLE_SECONDS,
                 job_timeout=settings.LLM_JOB_TIMEOUT,
             ),
         ),

@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from api.websocket_auth import current_user
+from jobs.live_output import DELTA_EVENT, partial_text
 from jobs.models import LlmJob
 from jobs.sockets import socket_register, socket_rejoin, socket_renew, socket_unregister
 from llmops.queues import all_jobs_group, job_events_group, job_group
@@ -68,6 +69,26 @@ def _may_watch_every_job(user: Any) -> bool:
     """Staff who may read every job in the admin: the events carry each job's output, which the
     jobs API shows to its owner only, so staff status alone is not enough."""
     return bool(user.is_staff and user.has_perm("jobs.view_llmjob"))
+
+
+def _parse_offset(value: str) -> int | None:
+    return int(value) if value.isdigit() else None
+
+
+@database_sync_to_async
+def _text_so_far(job_id: uuid.UUID) -> tuple[int, str] | None:
+    """The running attempt's partial text, or a finished job's output, with its attempt."""
+    job = LlmJob.objects.filter(id=job_id).only("status", "attempts", "output_text").first()
+    if job is None:
+        return None
+    if job.status == LlmJob.Status.RUNNING:
+        kept = partial_text(job_id)
+        if kept is not None and kept[0] == job.attempts:
+            return kept
+        return job.attempts, ""
+    if job.output_text is not None:
+        return job.attempts, job.output_text
+    return None
 
 
 def _parse_uuid(value: str) -> uuid.UUID | None:
@@ -115,6 +136,8 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         self.outbox: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
         self.queued_bytes = 0
         self.tasks: list[asyncio.Task[None]] = []
+        self.delta_attempt: int | None = None
+        self.delta_end = 0
         try:
             await await_many_dispatch(
                 [receive, self._receive_from_layer, self._until_stopped], self.dispatch
@@ -146,6 +169,59 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
             asyncio.ensure_future(self._write()),
             asyncio.ensure_future(self._check_again()),
         ]
+        await self._catch_up()
+
+    async def _catch_up(self) -> None:
+        """``?job=<id>&offset=<n>``: first the text from ``n`` that the client missed (the
+        running attempt's partial text, or a finished job's output), as one ``job.delta``; the
+        live deltas after it are trimmed to what the client does not have. The group was joined
+        first and the text is appended before each delta is published (jobs/live_output.py), so
+        nothing falls between the two."""
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        job_id = _parse_uuid((query.get("job") or [""])[0])
+        offset = _parse_offset((query.get("offset") or [""])[0])
+        if job_id is None or offset is None:
+            return
+        kept = await _text_so_far(job_id)
+        if kept is None:
+            return
+        attempt, text = kept
+        self.delta_attempt, self.delta_end = attempt, len(text)
+        if len(text) > offset:
+            await self._queue(
+                {
+                    "type": DELTA_EVENT,
+                    "job": str(job_id),
+                    "attempt": attempt,
+                    "offset": offset,
+                    "text": text[offset:],
+                }
+            )
+
+    async def job_delta(self, message: dict[str, Any]) -> None:
+        """A streaming job's text (jobs/live_output.py). On a socket that resumed from an offset,
+        only what the client does not have yet; a new attempt's text starts again at 0."""
+        start, text, attempt = message["offset"], message["text"], message.get("attempt")
+        if self.delta_attempt is not None:
+            if attempt is not None and attempt != self.delta_attempt:
+                if attempt < self.delta_attempt:
+                    return
+                self.delta_attempt, self.delta_end = attempt, 0
+            end = start + len(text)
+            if end <= self.delta_end:
+                return
+            if start < self.delta_end:
+                text, start = text[self.delta_end - start :], self.delta_end
+            self.delta_end = end
+        await self._queue(
+            {
+                "type": DELTA_EVENT,
+                "job": message["job"],
+                "attempt": attempt,
+                "offset": start,
+                "text": text,
+            }
+        )
 
     async def receive(
         self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any

@@ -47,7 +47,10 @@ def event_for(job: LlmJob) -> dict[str, Any]:
         key: data[key]
         for key in ("id", "status", "attempts", "cost_usd", "next_attempt_at", "error")
     }
-    if job.status == LlmJob.Status.COMPLETED:
+    if job.status == LlmJob.Status.COMPLETED or (
+        job.status == LlmJob.Status.CANCELLED and job.output_text is not None
+    ):
+        # A job cancelled mid-call keeps what it streamed.
         payload["output"] = data["output"]
     return {"type": EVENT_TYPE, "job": payload}
 

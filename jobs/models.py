@@ -88,6 +88,9 @@ class LlmJob(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(
+        null=True, blank=True, help_text="A cancel asked while the job ran: its worker ends it."
+    )
 
     output_text = models.TextField(null=True, blank=True)
     output_content = models.JSONField(

@@ -22,15 +22,19 @@ from redis.exceptions import LockError, RedisError
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from jobs.breaker import breaker_close, breaker_gate
+from jobs.cancellation import cancel_watched
 from jobs.concurrency_keys import slot_acquire, slot_extend, slot_release
+from jobs.live_output import LiveOutput, live_keys_clear
 from jobs.models import LlmJob
 from jobs.retry_policy import classify
 from jobs.selectors import job_for_run
 from jobs.services import (
     AttemptFailure,
+    CancelledResult,
     SuccessResult,
     job_attempt_failed,
     job_budget_refused,
+    job_cancel_running,
     job_claim,
     job_complete,
     job_hold,
@@ -93,9 +97,11 @@ class _Heartbeat:
         lock: Any,
         concurrency_key: str = "",
         deadline: CallDeadline | None = None,
+        on_cancel_requested: Callable[[], Any] | None = None,
     ) -> None:
         self.job_id, self.lock, self.concurrency_key = job_id, lock, concurrency_key
         self.deadline = deadline
+        self.on_cancel_requested = on_cancel_requested
         self.until = deadline.ends_at if deadline is not None else math.inf
         self.stopped = threading.Event()
         self._wake = threading.Event()
@@ -187,9 +193,13 @@ class _Heartbeat:
             # A beat waits for a database slot no longer than a beat: the next one must
             # extend the lock in time (runtime/db_connections.py).
             with slot_wait_limit(settings.LLM_HEARTBEAT_SECONDS):
-                LlmJob.objects.filter(id=self.job_id, status=LlmJob.Status.RUNNING).update(
+                running = LlmJob.objects.filter(id=self.job_id, status=LlmJob.Status.RUNNING)
+                if not running.filter(cancel_requested_at__isnull=True).update(
                     heartbeat_at=timezone.now()
-                )
+                ) and running.update(heartbeat_at=timezone.now()):
+                    # A cancel was asked for and its Redis key missed (jobs/cancellation.py).
+                    if self.on_cancel_requested is not None:
+                        self.on_cancel_requested()
         except Exception:
             logger.exception("job %s: heartbeat could not reach the database", self.job_id)
             close_old_connections()
@@ -324,80 +334,113 @@ def _attempt(
     provider = provider_for(job.model)
     deadline = CallDeadline(provider.call_deadline_for(job.max_tokens))
     record = _RecordWindow(job=job, started=time.monotonic() if started is None else started)
-    with _Heartbeat(job.id, lock, job.concurrency_key, deadline) as heartbeat:
+    live = LiveOutput(job_id=job.id, user_id=job.user_id, attempt=job.attempts)
+    with (
+        cancel_watched(job.id, deadline.cancel) as cancel_now,
+        _Heartbeat(job.id, lock, job.concurrency_key, deadline, cancel_now) as heartbeat,
+    ):
         try:
-            if grant is not None:
-                # Its paced slot may still be ahead (or a 429's pause): the claim is kept while
-                # it waits, as long as that wait can last, and the call's deadline counts from
-                # when the request leaves, never from the claim.
-                heartbeat.hold_until(time.monotonic() + _send_wait_bound())
-                rate_limit_sent(grant)
-                heartbeat.call_starts()
-            try:
-                outcome = provider.call(
-                    ProviderRequest(
-                        body=job.provider_request(),
-                        idempotency_key=str(job.id),
-                        read_timeout=provider.read_timeout_for(job.max_tokens),
-                        deadline=deadline,
-                    )
-                )
-            finally:
-                # The call is over (answered, failed or cut off at its deadline): the claim
-                # holds while its result is recorded, and no longer.
-                heartbeat.hold_until(record.until())
-            if grant is not None:
-                rate_limit_settle(grant, outcome)
-            bind_log_context(provider_request_id=outcome.request_id)
-            if outcome.kind == "success":
-                _persist(
-                    lambda: job_complete(
-                        job_id=job.id,
-                        attempt=job.attempts,
-                        result=SuccessResult(
-                            text=outcome.text,
-                            content=outcome.content,
-                            stop_reason=outcome.stop_reason,
-                            usage=outcome.usage,
-                            http_status=outcome.http_status,
-                            request_id=outcome.request_id,
-                            latency_ms=outcome.latency_ms,
-                        ),
-                    ),
-                    until=record.until(),
-                )
-                if probe:
-                    breaker_close(reason=f"probe call succeeded (job {job.id})")
-            else:
-                _persist(
-                    lambda: job_attempt_failed(
-                        job_id=job.id, attempt=job.attempts, failure=failure_from_outcome(outcome)
-                    ),
-                    until=record.until(),
-                )
-            return outcome.kind
-        except Exception as exc:
-            # Whatever broke (a 200 whose body is not JSON, a bug in our own code), the attempt
-            # is booked and the job goes through the retry policy with the real cause: never
-            # left running.
-            logger.exception("job %s attempt %s raised", job.id, job.attempts)
-            heartbeat.hold_until(record.until())
-            cause = f"{type(exc).__name__}: {exc}"
-            failure = AttemptFailure(
-                classification=classify(kind="unexpected_error"),
-                record=AttemptRecord(
-                    outcome=CostEntry.Outcome.ERROR,
-                    error_type=type(exc).__name__,
-                    message=f"Unexpected error during the attempt: {cause}"[:2000],
-                    # The request may have reached the provider and been billed.
-                    maybe_billed=True,
-                ),
+            return _call_and_record(
+                job, provider, deadline, record, heartbeat, live, probe=probe, grant=grant
             )
+        finally:
+            if live.events or deadline.cancelled:
+                live_keys_clear(job.id)
+
+
+def _call_and_record(
+    job: LlmJob,
+    provider: Any,
+    deadline: CallDeadline,
+    record: "_RecordWindow",
+    heartbeat: _Heartbeat,
+    live: LiveOutput,
+    *,
+    probe: bool,
+    grant: RateLimitGrant | None,
+) -> str:
+    try:
+        if grant is not None:
+            # Its paced slot may still be ahead (or a 429's pause): the claim is kept while
+            # it waits, as long as that wait can last, and the call's deadline counts from
+            # when the request leaves, never from the claim.
+            heartbeat.hold_until(time.monotonic() + _send_wait_bound())
+            rate_limit_sent(grant)
+            heartbeat.call_starts()
+        try:
+            outcome = provider.call(
+                ProviderRequest(
+                    body=job.provider_request(),
+                    idempotency_key=str(job.id),
+                    read_timeout=provider.read_timeout_for(job.max_tokens),
+                    deadline=deadline,
+                    on_text=live,
+                )
+            )
+        finally:
+            live.close()
+            # The call is over (answered, failed or cut off at its deadline): the claim
+            # holds while its result is recorded, and no longer.
+            heartbeat.hold_until(record.until())
+        if grant is not None:
+            rate_limit_settle(grant, outcome)
+        bind_log_context(provider_request_id=outcome.request_id)
+        if outcome.kind == "cancelled":
             _persist(
-                lambda: job_attempt_failed(job_id=job.id, attempt=job.attempts, failure=failure),
+                lambda: job_cancel_running(
+                    job_id=job.id, attempt=job.attempts, result=_cancelled(outcome)
+                ),
                 until=record.until(),
             )
-            return "error"
+        elif outcome.kind == "success":
+            _persist(
+                lambda: job_complete(
+                    job_id=job.id,
+                    attempt=job.attempts,
+                    result=SuccessResult(
+                        text=outcome.text,
+                        content=outcome.content,
+                        stop_reason=outcome.stop_reason,
+                        usage=outcome.usage,
+                        http_status=outcome.http_status,
+                        request_id=outcome.request_id,
+                        latency_ms=outcome.latency_ms,
+                    ),
+                ),
+                until=record.until(),
+            )
+            if probe:
+                breaker_close(reason=f"probe call succeeded (job {job.id})")
+        else:
+            _persist(
+                lambda: job_attempt_failed(
+                    job_id=job.id, attempt=job.attempts, failure=failure_from_outcome(outcome)
+                ),
+                until=record.until(),
+            )
+        return outcome.kind
+    except Exception as exc:
+        # Whatever broke (a 200 whose body is not JSON, a bug in our own code), the attempt
+        # is booked and the job goes through the retry policy with the real cause: never
+        # left running.
+        logger.exception("job %s attempt %s raised", job.id, job.attempts)
+        heartbeat.hold_until(record.until())
+        cause = f"{type(exc).__name__}: {exc}"
+        failure = AttemptFailure(
+            classification=classify(kind="unexpected_error"),
+            record=AttemptRecord(
+                outcome=CostEntry.Outcome.ERROR,
+                error_type=type(exc).__name__,
+                message=f"Unexpected error during the attempt: {cause}"[:2000],
+                # The request may have reached the provider and been billed.
+                maybe_billed=True,
+            ),
+        )
+        _persist(
+            lambda: job_attempt_failed(job_id=job.id, attempt=job.attempts, failure=failure),
+            until=record.until(),
+        )
+        return "error"
 
 
 class _RecordWindow:
@@ -443,6 +486,20 @@ def _before_persist_retry(state: RetryCallState) -> None:
     connection.close()
 
 
+def _cancelled(outcome: ProviderOutcome) -> CancelledResult:
+    return CancelledResult(
+        text=outcome.text,
+        content=outcome.content,
+        usage=outcome.usage,
+        output_tokens_bound=outcome.output_tokens_bound,
+        maybe_billed=outcome.maybe_billed,
+        http_status=outcome.http_status,
+        request_id=outcome.request_id,
+        latency_ms=outcome.latency_ms,
+        message=outcome.message,
+    )
+
+
 def failure_from_outcome(outcome: ProviderOutcome) -> AttemptFailure:
     """Classify a failed call and say what the ledger books for it."""
     if outcome.kind == "error_response":
@@ -466,7 +523,9 @@ def failure_from_outcome(outcome: ProviderOutcome) -> AttemptFailure:
             message=outcome.message,
             request_id=outcome.request_id,
             latency_ms=outcome.latency_ms,
-            maybe_billed=outcome.outcome_unknown,
+            usage=outcome.usage,
+            maybe_billed=outcome.maybe_billed,
+            output_tokens_bound=outcome.output_tokens_bound,
         ),
         retry_after=outcome.retry_after,
     )

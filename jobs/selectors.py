@@ -69,9 +69,16 @@ def job_for_run(*, job_id: str, rq_job_id: str | None) -> LlmJob | None:
     return jobs_runnable(job_id=job_id, rq_job_id=rq_job_id).first()
 
 
-def job_output(job: LlmJob) -> dict[str, Any] | None:
+def job_output(job: LlmJob, *, partial: bool = False) -> dict[str, Any] | None:
     """A job's ``output`` as the API shows it: the text, the stop reason, and every content
-    block (a job completed before blocks were kept shows its text as one block)."""
+    block (a job completed before blocks were kept shows its text as one block). With
+    ``partial``, a running job shows the text its attempt has streamed so far (from Redis)."""
+    if partial and job.status == LlmJob.Status.RUNNING:
+        from jobs.live_output import partial_text
+
+        kept = partial_text(job.id)
+        text = kept[1] if kept is not None and kept[0] == job.attempts else ""
+        return {"text": None, "stop_reason": None, "content": [], "partial_text": text}
     if job.output_text is None:
         return None
     return {
@@ -79,3 +86,15 @@ def job_output(job: LlmJob) -> dict[str, Any] | None:
         "stop_reason": job.stop_reason or None,
         "content": job.output_content or [{"type": "text", "text": job.output_text}],
     }
+
+
+def job_wait_while_running(*, job: LlmJob, seconds: float) -> LlmJob:
+    """The job once it no longer runs, or as it is after ``seconds`` (a cancel's short wait for
+    its worker to close the stream)."""
+    import time
+
+    ends = time.monotonic() + seconds
+    while job.status == LlmJob.Status.RUNNING and time.monotonic() < ends:
+        time.sleep(0.1)
+        job.refresh_from_db()
+    return job

@@ -6,6 +6,8 @@
     running          -> retrying | failed            job_attempt_failed (retry service decides)
     running (lost)   -> retrying | failed            job_recover (the reconciler)
     queued|retrying  -> cancelled                    job_cancel
+    running          -> cancelled                    job_cancel(running=True) asks the worker,
+                                                     whose job_cancel_running ends it
     failed           -> queued                       job_requeue (the DLQ)
     queued|retrying  -> (put on the queue again)     job_enqueue / job_enqueue_again
 
@@ -36,6 +38,7 @@ from jobs.admission import (
     check_budgets_not_spent,
     idempotency_key_hash,
 )
+from jobs.cancellation import cancel_signal_on_commit
 from jobs.dead_letter import DeadLetter, dead_letter_attach
 from jobs.models import LlmJob
 from jobs.retry_policy import Classification, decide
@@ -56,11 +59,13 @@ from runtime.redis_clients import queue as rq_queue
 
 __all__ = [
     "AttemptFailure",
+    "CancelledResult",
     "SuccessResult",
     "job_attempt_failed",
     "job_budget_refused",
     "job_build",
     "job_cancel",
+    "job_cancel_running",
     "job_claim",
     "job_complete",
     "job_enqueue",
@@ -85,6 +90,21 @@ class SuccessResult:
     latency_ms: int
     content: list[dict[str, Any]] | None = None
     """Every content block of the answer (text, thinking, tool_use, ...)."""
+
+
+@dataclass
+class CancelledResult:
+    """What a cancelled call streamed before its stream was closed."""
+
+    text: str
+    content: list[dict[str, Any]]
+    usage: dict[str, int]
+    output_tokens_bound: int | None
+    maybe_billed: bool
+    http_status: int | None
+    request_id: str
+    latency_ms: int
+    message: str
 
 
 @dataclass
@@ -451,6 +471,15 @@ def _end_failed_attempt(job: LlmJob, failure: AttemptFailure, *, via: Transition
     job.error_severity = failure.classification.severity
     fields = ["status", "cost_usd", "error_code", "error_http_status", "error_message"]
     fields += ["error_severity", "next_attempt_at"]
+    if decision.retry and job.cancel_requested_at is not None:
+        # Cancelled while this attempt ran (its worker failed or died before it saw the
+        # cancel): it ends here instead of being retried.
+        job.status = LlmJob.Status.CANCELLED
+        job.completed_at = timezone.now()
+        job.next_attempt_at = None
+        job.save(update_fields=[*fields, "completed_at"])
+        transition_committed(job, Transition.CANCELLED)
+        return job
     if decision.retry:
         assert decision.delay_seconds is not None
         retry_counts[reason] = retry_counts.get(reason, 0) + 1
@@ -579,20 +608,96 @@ def _dead_letter(
 
 
 @transaction.atomic
-def job_cancel(*, job: LlmJob) -> LlmJob:
-    """Cancel a queued or retrying job. A worker that picks its RQ job up later finds it
-    cancelled and never calls the provider. Needs no Redis."""
+def job_cancel(*, job: LlmJob, running: bool = False) -> LlmJob:
+    """Cancel a job. A queued or retrying one is cancelled here: a worker that picks its RQ job
+    up later finds it cancelled and never calls the provider (needs no Redis). With
+    ``running``, a running one is marked (``cancel_requested_at``) and its worker told
+    (jobs/cancellation.py): the worker closes the stream, books the attempt with what streamed,
+    and ends the job cancelled (``job_cancel_running``); it is returned still running. Conflict
+    for a final job (and, without ``running``, a running one: batches and pipelines let a job
+    that started run to its end)."""
     now = timezone.now()
     updated = LlmJob.objects.filter(id=job.id, status__in=LlmJob.WAITING_STATUSES).update(
         status=LlmJob.Status.CANCELLED, completed_at=now, next_attempt_at=None
     )
+    if (
+        not updated
+        and running
+        and LlmJob.objects.filter(
+            id=job.id, status=LlmJob.Status.RUNNING, cancel_requested_at__isnull=True
+        ).update(cancel_requested_at=now)
+    ):
+        cancel_signal_on_commit(job.id)
     job.refresh_from_db()
+    if running and job.status == LlmJob.Status.RUNNING:
+        return job
     if not updated:
         raise Conflict(
             f"A {job.status} job cannot be cancelled.",
             code="not_cancellable",
             detail={"status": job.status},
         )
+    transition_committed(job, Transition.CANCELLED)
+    return job
+
+
+@transaction.atomic
+def job_cancel_running(
+    *, job_id: uuid.UUID, attempt: int, result: CancelledResult
+) -> LlmJob | None:
+    """running -> cancelled: the worker closed the stream of a job whose cancel was asked for.
+    The attempt is booked with what streamed (its input as reported, its output bounded by what
+    arrived), and the job keeps its partial output. None when the job moved on meanwhile (a
+    takeover): the ledger is then only corrected, as for a late failure."""
+    job = LlmJob.objects.select_for_update().get(id=job_id)
+    record = AttemptRecord(
+        outcome=CostEntry.Outcome.CANCELLED,
+        usage=result.usage,
+        http_status=result.http_status,
+        reason_code="cancelled",
+        message=result.message,
+        request_id=result.request_id,
+        latency_ms=result.latency_ms,
+        maybe_billed=result.maybe_billed,
+        output_tokens_bound=result.output_tokens_bound,
+    )
+    if job.status != LlmJob.Status.RUNNING or job.attempts != attempt:
+        logger.warning(
+            "job %s attempt %s was cancelled after a takeover (job now %s, attempt %s)",
+            job.id,
+            attempt,
+            job.status,
+            job.attempts,
+        )
+        return None
+    entry = cost_entry_record_attempt(job=job, attempt=attempt, record=record)
+    booked = entry.input_tokens, entry.output_tokens
+    job.status = LlmJob.Status.CANCELLED
+    job.completed_at = timezone.now()
+    job.next_attempt_at = None
+    job.output_text = result.text
+    job.output_content = result.content
+    job.stop_reason = "cancelled"
+    if result.usage:
+        job.input_tokens, job.output_tokens = booked
+        job.cache_creation_input_tokens = entry.cache_creation_input_tokens
+        job.cache_read_input_tokens = entry.cache_read_tokens
+    job.cost_usd = job.cost_usd + entry.cost_usd
+    job.save(
+        update_fields=[
+            "status",
+            "completed_at",
+            "next_attempt_at",
+            "output_text",
+            "output_content",
+            "stop_reason",
+            "input_tokens",
+            "output_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+            "cost_usd",
+        ]
+    )
     transition_committed(job, Transition.CANCELLED)
     return job
 
@@ -610,6 +715,7 @@ def job_requeue(*, job: LlmJob, model: str | None = None) -> bool:
         changes["model"] = model
     updated = LlmJob.objects.filter(id=job.id, status=LlmJob.Status.FAILED).update(
         status=LlmJob.Status.QUEUED,
+        cancel_requested_at=None,
         budget_attempts=0,
         retry_counts={},
         next_attempt_at=None,

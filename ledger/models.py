@@ -108,6 +108,7 @@ class CostEntry(models.Model):
         UNKNOWN = "unknown_outcome", "Unknown outcome"
         CONNECTION_ERROR = "connection_error", "Connection error (not sent)"
         ERROR = "error", "Unexpected error"
+        CANCELLED = "cancelled", "Cancelled mid-call"
 
     class EntryType(models.TextChoices):
         ATTEMPT = "attempt", "Attempt"

@@ -19,6 +19,7 @@ __all__ = [
     "REQUEST_FRAMING_TOKENS",
     "TOKEN_KINDS",
     "attempt_cost",
+    "broken_stream_cost",
     "estimate_input_tokens",
     "upper_bound_cost",
 ]
@@ -199,3 +200,34 @@ def upper_bound_cost(
     total = tokens_in * input_rate + Decimal(max_tokens) * price.output_per_mtok
     # Round up: a bound rounded half-up to the micro-dollar could fall below a cost that is.
     return (total / MILLION).quantize(MICRO_USD, rounding=ROUND_CEILING)
+
+
+def broken_stream_cost(
+    price: ModelPrice,
+    *,
+    usage: dict[str, int],
+    output_tokens: int,
+    messages: list[dict[str, Any]],
+    system: Any,
+    tools: Any = None,
+) -> tuple[Decimal, dict[str, int]]:
+    """The most a stream that ended early can cost, and the usage it is booked with.
+
+    ``usage``: what its ``message_start`` reported (the input, exactly, by kind), empty when it
+    never got that far; the input is then bounded as in ``upper_bound_cost``. ``output_tokens``:
+    the bound on its output (``max_tokens`` when nothing bounds it better). The cost is the
+    usage's at the attempt's rates, rounded up."""
+    booked = {kind: int(usage.get(kind, 0)) for kind in TOKEN_KINDS}
+    booked["output_tokens"] = max(booked["output_tokens"], output_tokens)
+    total = sum(
+        (Decimal(booked[kind]) * getattr(price, rate) for kind, rate in TOKEN_KINDS.items()),
+        Decimal(0),
+    )
+    if not usage:
+        input_rate = max(
+            price.input_per_mtok, price.cache_write_5m_per_mtok, price.cache_write_1h_per_mtok
+        )
+        total += input_rate * Decimal(
+            estimate_input_tokens(messages=messages, system=system) + tools_tokens(tools)
+        )
+    return (total / MILLION).quantize(MICRO_USD, rounding=ROUND_CEILING), booked

@@ -12,14 +12,14 @@ result that shows what an estimated attempt really cost is booked as one ``corre
   could not be read) is booked at its upper bound: the provider may have done and billed it.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from ledger.budgets import budget_reserved_price, budget_settle
 from ledger.hooks import cost_entry_booked
 from ledger.models import CostEntry, ModelPrice
-from ledger.pricing import attempt_cost, upper_bound_cost
+from ledger.pricing import attempt_cost, broken_stream_cost, upper_bound_cost
 from ledger.selectors import price_for_model
 
 if TYPE_CHECKING:
@@ -49,6 +49,9 @@ class AttemptRecord:
     retry_delay_seconds: float | None = None
     maybe_billed: bool = False
     """The provider may have done the work although we never saw its answer."""
+    output_tokens_bound: int | None = None
+    """A stream that ended early: the most output tokens it generated, when known (None with
+    ``usage``: up to ``max_tokens``). With either, the row books the stream's usage, bounded."""
 
 
 def job_upper_bound_cost(*, job: "LlmJob") -> Decimal:
@@ -75,6 +78,25 @@ def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRec
     estimated = False
     if record.outcome == CostEntry.Outcome.SUCCESS:
         cost = attempt_cost(price, record.usage) if price else Decimal(0)
+    elif (
+        record.maybe_billed
+        and price is not None
+        and (record.usage or record.output_tokens_bound is not None)
+    ):
+        # A stream that ended early: its input as message_start reported it (or bounded), its
+        # output bounded by what streamed, or else by max_tokens.
+        bound = record.output_tokens_bound
+        output = job.max_tokens if bound is None else min(job.max_tokens, bound)
+        cost, usage = broken_stream_cost(
+            price,
+            usage=record.usage,
+            output_tokens=output,
+            messages=job.messages,
+            system=job.system,
+            tools=(job.params or {}).get("tools"),
+        )
+        record = replace(record, usage=usage)
+        estimated = True
     elif record.maybe_billed and price is not None:
         cost = upper_bound_cost(
             price,

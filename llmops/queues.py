@@ -57,6 +57,22 @@ def job_lock_key(job_id: object) -> str:
     return f"{KEY_PREFIX}job-lock:{job_id}"
 
 
+def job_partial_text_key(job_id: object) -> str:
+    """The text a running job has streamed so far (its current attempt's), for clients that
+    resume from an offset (jobs/live_output.py)."""
+    return f"{KEY_PREFIX}job-partial:{job_id}"
+
+
+def job_partial_attempt_key(job_id: object) -> str:
+    """The attempt whose text ``job_partial_text_key`` holds."""
+    return f"{KEY_PREFIX}job-partial-attempt:{job_id}"
+
+
+def job_cancel_key(job_id: object) -> str:
+    """Set when a running job is to be cancelled; its worker watches it (jobs/cancellation.py)."""
+    return f"{KEY_PREFIX}job-cancel:{job_id}"
+
+
 def concurrency_key_slots_key(concurrency_key: str) -> str:
     """The running slots of one job ``concurrency_key`` (a sorted set of job ids by lease end).
     Hashed: the key is the caller's text, of any length and alphabet."""

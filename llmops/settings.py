@@ -216,6 +216,13 @@ CHANNEL_LAYERS = {
     }
 }
 JOB_EVENTS_PUBLISH_TIMEOUT = env.number("JOB_EVENTS_PUBLISH_TIMEOUT", 1.0, minimum=0.05)
+# A streaming job's text: job.delta events at most this often per job, and the text a client
+# may resume from (kept in Redis while the job runs) at most this many characters.
+LLM_DELTA_INTERVAL_SECONDS = env.number("LLM_DELTA_INTERVAL_SECONDS", 0.2, minimum=0.01)
+LLM_PARTIAL_TEXT_MAX_CHARS = env.integer("LLM_PARTIAL_TEXT_MAX_CHARS", 1_000_000, minimum=1000)
+# Cancel of a running job: the worker looks this often; the API waits this long for its end.
+LLM_CANCEL_POLL_SECONDS = env.number("LLM_CANCEL_POLL_SECONDS", 0.5, minimum=0.05)
+LLM_CANCEL_WAIT_SECONDS = env.number("LLM_CANCEL_WAIT_SECONDS", 3.0, minimum=0.0)
 
 RQ = {"WORKER_CLASS": "runtime.workers.LlmWorker"}
 LLM_WORKER_CONCURRENCY = env.integer("LLM_WORKER_CONCURRENCY", 32, minimum=1)
@@ -240,8 +247,15 @@ FAKE_PROVIDER_URL = env.str("FAKE_PROVIDER_URL", "http://127.0.0.1:8787")
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", "") or (
     "https://api.anthropic.com" if ANTHROPIC_API_KEY else FAKE_PROVIDER_URL
 )
-LLM_PROVIDER_READ_TIMEOUT = env.number("LLM_PROVIDER_READ_TIMEOUT", 60.0, minimum=0.1)
-LLM_READ_TIMEOUT_SCALE = env.number("LLM_READ_TIMEOUT_SCALE", 1.0, minimum=0.0)
+# A stream silent this long (no event, not even a ping) has stalled: an unknown outcome, retried
+# once. LLM_PROVIDER_READ_TIMEOUT, its name before calls streamed, is still read.
+LLM_STREAM_IDLE_SECONDS = env.number(
+    "LLM_STREAM_IDLE_SECONDS", env.number("LLM_PROVIDER_READ_TIMEOUT", 60.0), minimum=0.1
+)
+# The call's deadline allows this many times the SDK's expected generation time for max_tokens.
+LLM_CALL_DEADLINE_SCALE = env.number(
+    "LLM_CALL_DEADLINE_SCALE", env.number("LLM_READ_TIMEOUT_SCALE", 2.0), minimum=0.0
+)
 LLM_PROVIDER_CONNECT_TIMEOUT = env.number("LLM_PROVIDER_CONNECT_TIMEOUT", 10.0, minimum=0.1)
 
 # --- Jobs and retries -------------------------------------------------------------------------

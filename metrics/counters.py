@@ -62,6 +62,7 @@ ATTEMPT_OUTCOMES = (
     "server_error",
     "timeout",
     "connection",
+    "cancelled",
     "fatal",
 )
 """The ``outcome`` label of ``llm_attempts_total``."""
@@ -75,6 +76,7 @@ _OUTCOME_OF_REASON = {
     "worker_lost": "timeout",
     "connection_error": "connection",
     "connection_dropped": "connection",
+    "cancelled": "cancelled",
 }
 """Failure classes (jobs/retry_policy.py) -> outcome label; every other class is ``fatal``
 (401/403, invalid requests, the spend cap, an unexpected error or unreadable answer)."""

@@ -1,4 +1,4 @@
-"""The Anthropic provider: one Messages API call through the official anthropic SDK.
+"""The Anthropic provider: one streamed Messages API call through the official anthropic SDK.
 
 The SDK never retries (``max_retries=0``): retries are ours (jobs/retry_policy.py). The call
 reports what it observed as a ``ProviderOutcome``; it never raises for provider trouble.
@@ -15,7 +15,12 @@ import httpx2
 from django.conf import settings
 
 from providers import limits
-from providers.base import ProviderOutcome, ProviderRequest, UnreadableResponse
+from providers.base import (
+    ProviderOutcome,
+    ProviderRequest,
+    UnreadableResponse,
+    streamed_output_bound,
+)
 from providers.call_deadline import CallDeadline, install
 from providers.ratelimit_headers import rate_limit_headers, retry_after_seconds
 
@@ -33,8 +38,8 @@ class AnthropicProvider:
     name = "anthropic"
 
     def call(self, request: ProviderRequest) -> ProviderOutcome:
-        """One Messages API call; with a ``deadline``, it ends by then whatever the provider
-        sends (providers/call_deadline.py)."""
+        """One streamed Messages API call; with a ``deadline``, it ends by then whatever the
+        provider sends, or at once when cancelled (providers/call_deadline.py)."""
         if request.deadline is None:
             return _call(request)
         with request.deadline:
@@ -42,9 +47,6 @@ class AnthropicProvider:
 
     def warm_up(self) -> None:
         warm_up()
-
-    def max_tokens_limit(self) -> int:
-        return limits.max_nonstreaming_tokens()
 
     def read_timeout_for(self, max_tokens: int) -> float:
         return limits.read_timeout_for(max_tokens)
@@ -101,7 +103,7 @@ def warm_up() -> None:
     """
     get_client(
         settings.ANTHROPIC_BASE_URL,
-        settings.LLM_PROVIDER_READ_TIMEOUT,
+        settings.LLM_STREAM_IDLE_SECONDS,
         settings.LLM_PROVIDER_CONNECT_TIMEOUT,
     )
     anthropic.types.Message.model_validate(_WARM_UP_ANSWER)
@@ -156,7 +158,14 @@ def _transport_failure(
             ),
         )
     if isinstance(exc, anthropic.APITimeoutError) or isinstance(cause, httpx2.TimeoutException):
-        return ProviderOutcome("read_timeout", latency, message="Read timeout: outcome unknown")
+        return ProviderOutcome(
+            "read_timeout",
+            latency,
+            message=(
+                f"Stream stalled: nothing (not even a ping) for {settings.LLM_STREAM_IDLE_SECONDS:g} "
+                "s (LLM_STREAM_IDLE_SECONDS): outcome unknown"
+            ),
+        )
     return ProviderOutcome(
         "connection_dropped",
         latency,
@@ -166,10 +175,10 @@ def _transport_failure(
 
 @functools.cache
 def _sdk_parameters() -> frozenset[str]:
-    """The body fields the pinned SDK's ``messages.create`` takes by name."""
+    """The body fields the pinned SDK's ``messages.stream`` takes by name."""
     from anthropic.resources.messages import Messages
 
-    return frozenset(inspect.signature(Messages.create).parameters) - {"self"}
+    return frozenset(inspect.signature(Messages.stream).parameters) - {"self"}
 
 
 def _split_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -178,63 +187,206 @@ def _split_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     the job gave it, whichever fields an SDK release names."""
     named = _sdk_parameters()
     return (
-        {k: v for k, v in body.items() if k in named},
-        {k: v for k, v in body.items() if k not in named},
+        {k: v for k, v in body.items() if k in named and k != "stream"},
+        {k: v for k, v in body.items() if k not in named and k != "stream"},
     )
+
+
+# The HTTP status an error event inside a 200 stream stands for (the API's error types).
+_STATUS_OF_ERROR_TYPE = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+
+class _Reading:
+    """What a stream delivered so far: the message as it grows, and its bytes of output."""
+
+    def __init__(self) -> None:
+        self.stream: Any = None
+        self.streamed_bytes = 0
+        self.complete = False
+
+    def snapshot(self) -> Any:
+        return self.stream._current_snapshot_or_none() if self.stream is not None else None
+
+    def usage(self) -> dict[str, int]:
+        message = self.snapshot()
+        return _usage(message.usage) if message is not None else {}
+
+    def content(self) -> list[dict[str, Any]]:
+        message = self.snapshot()
+        if message is None:
+            return []
+        return [_dump(block) for block in message.content]
+
+    def text(self) -> str:
+        message = self.snapshot()
+        if message is None:
+            return ""
+        return "".join(block.text for block in message.content if block.type == "text")
+
+    def headers(self) -> Any:
+        return self.stream.response.headers if self.stream is not None else {}
+
+
+def _dump(block: Any) -> dict[str, Any]:
+    dumped: dict[str, Any] = block.model_dump(mode="json", exclude_unset=True)
+    # The SDK's parsed text blocks carry a ``parsed_output`` of their own; the API's do not.
+    dumped.pop("parsed_output", None)
+    return dumped
+
+
+def _delta_bytes(delta: Any) -> int:
+    kind = delta.type
+    if kind == "text_delta":
+        return len(delta.text.encode())
+    if kind == "thinking_delta":
+        return len(delta.thinking.encode())
+    if kind == "input_json_delta":
+        return len(delta.partial_json.encode())
+    return 0
 
 
 def _call(request: ProviderRequest) -> ProviderOutcome:
+    """One streamed Messages call. The read timeout is the stream's idle bound: the API sends
+    ``ping`` events while it works, so a socket silent that long has stalled (the SDK swallows
+    the pings, so the bound sits at the socket, not on parsed events)."""
     client = get_client(
         settings.ANTHROPIC_BASE_URL,
-        settings.LLM_PROVIDER_READ_TIMEOUT,
+        settings.LLM_STREAM_IDLE_SECONDS,
         settings.LLM_PROVIDER_CONNECT_TIMEOUT,
     )
-    # Each call's read timeout is scaled from its max_tokens (providers/limits.py); one client.
     timeout = anthropic.Timeout(
-        request.read_timeout or settings.LLM_PROVIDER_READ_TIMEOUT,
+        request.read_timeout or settings.LLM_STREAM_IDLE_SECONDS,
         connect=settings.LLM_PROVIDER_CONNECT_TIMEOUT,
     )
     named, extra = _split_body(request.body)
+    deadline = request.deadline
     started = time.monotonic()
+    if deadline is not None and deadline.cancelled:
+        return ProviderOutcome(
+            "cancelled", 0, message="Cancelled before the call was sent.", request_sent=False
+        )
+    reading = _Reading()
     try:
-        raw = client.messages.with_raw_response.create(
+        with client.messages.stream(
             **named,
             extra_body=extra or None,
             extra_headers={"Idempotency-Key": request.idempotency_key},
             timeout=timeout,
-        )
-        message = raw.parse()
+        ) as stream:
+            reading.stream = stream
+            for event in stream:
+                if event.type == "content_block_delta":
+                    reading.streamed_bytes += _delta_bytes(event.delta)
+                    if event.delta.type == "text_delta" and request.on_text is not None:
+                        request.on_text(event.delta.text)
+                elif event.type == "message_stop":
+                    reading.complete = True
+                if deadline is not None and deadline.cancelled:
+                    break
     except anthropic.APIStatusError as exc:
-        return ProviderOutcome(
-            "error_response",
-            int((time.monotonic() - started) * 1000),
-            http_status=exc.status_code,
-            request_id=exc.request_id or "",
-            error_type=exc.type or "",
-            error_code=exc.error_code or "",
-            message=exc.api_message or str(exc),
-            retry_after=retry_after_seconds(exc.response.headers),
-            rate_limit_headers=rate_limit_headers(exc.response.headers),
-        )
+        return _error_outcome(exc, started, reading, deadline)
     except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
-        return _transport_failure(exc, started, request.deadline)
-    if not isinstance(message, anthropic.types.Message):
-        # The SDK hands back the raw text of a body that is not JSON (a proxy's HTML page): say
-        # so plainly; the runner books the attempt as an unexpected error and retries it.
-        raise UnreadableResponse(
-            f"HTTP {raw.http_response.status_code} with a body that is not a Messages API answer "
-            f"(content-type {raw.headers.get('content-type', 'unknown')}, "
-            f"request-id {raw.headers.get('request-id', 'none')})"
+        return _broken(_transport_failure(exc, started, deadline), reading, deadline, started)
+    except anthropic.APIResponseValidationError as exc:
+        raise UnreadableResponse(f"a stream event that is not the Messages API's: {exc}") from exc
+    if deadline is not None and deadline.cancelled and not reading.complete:
+        return _cancelled(started, reading)
+    if not reading.complete or reading.snapshot() is None:
+        # The connection ended cleanly without a message_stop: the answer is cut short.
+        return _broken(
+            ProviderOutcome(
+                "connection_dropped",
+                int((time.monotonic() - started) * 1000),
+                message="The stream ended before message_stop: outcome unknown",
+            ),
+            reading,
+            deadline,
+            started,
         )
-    text = "".join(block.text for block in message.content if block.type == "text")
+    message = reading.snapshot()
+    headers = reading.headers()
     return ProviderOutcome(
         "success",
         int((time.monotonic() - started) * 1000),
-        http_status=raw.http_response.status_code,
-        request_id=raw.headers.get("request-id", ""),
-        text=text,
-        content=[block.model_dump(mode="json", exclude_unset=True) for block in message.content],
+        http_status=stream.response.status_code,
+        request_id=headers.get("request-id", ""),
+        text=reading.text(),
+        content=reading.content(),
         stop_reason=message.stop_reason or "",
         usage=_usage(message.usage),
-        rate_limit_headers=rate_limit_headers(raw.headers),
+        rate_limit_headers=rate_limit_headers(headers),
+    )
+
+
+def _error_outcome(
+    exc: anthropic.APIStatusError,
+    started: float,
+    reading: _Reading,
+    deadline: CallDeadline | None,
+) -> ProviderOutcome:
+    """An error answer: before the stream (a plain HTTP error, not billed), or an ``error``
+    event inside a 200 stream (its input and what streamed may be billed)."""
+    in_stream = exc.status_code < 400
+    status = _STATUS_OF_ERROR_TYPE.get(exc.type or "", 500) if in_stream else exc.status_code
+    outcome = ProviderOutcome(
+        "error_response",
+        int((time.monotonic() - started) * 1000),
+        http_status=status,
+        request_id=exc.request_id or "",
+        error_type=exc.type or "",
+        error_code=exc.error_code or "",
+        message=(exc.api_message or str(exc))
+        + (" (an error event inside the stream)" if in_stream else ""),
+        retry_after=retry_after_seconds(exc.response.headers),
+        rate_limit_headers=rate_limit_headers(exc.response.headers),
+    )
+    if in_stream:
+        # The error came in-band: everything generated before it was read.
+        outcome.usage = reading.usage()
+        outcome.text, outcome.content = reading.text(), reading.content()
+        outcome.output_tokens_bound = streamed_output_bound(reading.streamed_bytes)
+    return outcome
+
+
+def _broken(
+    outcome: ProviderOutcome, reading: _Reading, deadline: CallDeadline | None, started: float
+) -> ProviderOutcome:
+    """A stream that broke (stalled, dropped, cut off): what it said of its usage before."""
+    if deadline is not None and deadline.cancelled:
+        return _cancelled(started, reading)
+    outcome.usage = reading.usage()
+    outcome.text, outcome.content = reading.text(), reading.content()
+    headers = reading.headers()
+    if headers:
+        outcome.request_id = headers.get("request-id", "")
+        outcome.http_status = reading.stream.response.status_code
+    return outcome
+
+
+def _cancelled(started: float, reading: _Reading) -> ProviderOutcome:
+    """Cancelled mid-call: the connection is closed, so the provider stops generating; what
+    it generated is bounded by what streamed."""
+    headers = reading.headers()
+    return ProviderOutcome(
+        "cancelled",
+        int((time.monotonic() - started) * 1000),
+        http_status=reading.stream.response.status_code if reading.stream is not None else None,
+        request_id=headers.get("request-id", "") if headers else "",
+        message="Cancelled while the provider was answering; the stream was closed.",
+        text=reading.text(),
+        content=reading.content(),
+        usage=reading.usage(),
+        output_tokens_bound=streamed_output_bound(reading.streamed_bytes),
+        rate_limit_headers=rate_limit_headers(headers) if headers else {},
     )

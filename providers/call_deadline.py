@@ -38,6 +38,7 @@ class CallDeadline:
         self._lock = threading.Lock()
         self._running = False
         self.was_cut = False
+        self.cancelled = False
 
     def restart(self) -> None:
         """Count the ``seconds`` from now: the request leaves only now (it waited for its paced
@@ -75,6 +76,12 @@ class CallDeadline:
             with self._lock:
                 if self._running and sock not in self._sockets:
                     self._sockets.append(sock)
+
+    def cancel(self) -> bool:
+        """End the call now, from any thread, as cancelled rather than timed out: the streaming
+        loop stops at its next event, and a read blocked below returns at once (``cut``)."""
+        self.cancelled = True
+        return self.cut()
 
     def cut(self) -> bool:
         """Shut down the sockets of the call if it still runs (from any thread); True if it did.

@@ -131,7 +131,7 @@ def redis_clean(request: pytest.FixtureRequest) -> Iterator[None]:
 def fast_settings(settings: Any) -> None:
     # Real schedules, compressed in time; tests that check delays set the scale back to 1.
     settings.LLM_RETRY_DELAY_SCALE = 0.001
-    settings.LLM_PROVIDER_READ_TIMEOUT = 5.0
+    settings.LLM_STREAM_IDLE_SECONDS = 5.0
     settings.LLM_HEARTBEAT_SECONDS = 1.0
     # The test process builds workers in process: it must not lower its own CPU priority (the
     # worker processes tests start take WORKER_NICE from their environment, as in production).

@@ -37,6 +37,6 @@ def test_a_worker_and_a_loop_refuse_to_start_on_a_bad_value():
         result = run_python(["manage.py", *command], {"LLM_PROVIDER_READ_TIMEOUT": "300"})
 
         assert result.returncode == 1, result.stderr
-        assert "(jobs.E001) LLM_PROVIDER_READ_TIMEOUT must stay below LLM_JOB_TIMEOUT" in (
+        assert "(jobs.E001) LLM_STREAM_IDLE_SECONDS must stay below LLM_JOB_TIMEOUT" in (
             result.stderr
         )

@@ -52,8 +52,8 @@ BODY = {
 # Read timeout 3 s (the floor; the scale 0 drops the part scaled from max_tokens), connect 1 s:
 # a deadline of 4 s. The fake provider's answer trickles for several minutes.
 SHORT_DEADLINE = {
-    "LLM_PROVIDER_READ_TIMEOUT": "3",
-    "LLM_READ_TIMEOUT_SCALE": "0",
+    "LLM_STREAM_IDLE_SECONDS": "3",
+    "LLM_CALL_DEADLINE_SCALE": "0",
     "LLM_PROVIDER_CONNECT_TIMEOUT": "1",
     "LLM_JOB_TIMEOUT": "10",
     "LLM_JOB_TIMEOUT_MARGIN": "2",
@@ -75,8 +75,8 @@ def processes(tmp_path: Path) -> Any:
 
 @pytest.fixture
 def short_deadline(settings: Any) -> None:
-    settings.LLM_PROVIDER_READ_TIMEOUT = 3.0
-    settings.LLM_READ_TIMEOUT_SCALE = 0.0
+    settings.LLM_STREAM_IDLE_SECONDS = 3.0
+    settings.LLM_CALL_DEADLINE_SCALE = 0.0
     settings.LLM_PROVIDER_CONNECT_TIMEOUT = 1.0
 
 

@@ -181,7 +181,7 @@ def test_fatal_errors_dead_letter_at_once_with_their_severity(
 def test_a_read_timeout_is_an_unknown_outcome_with_an_estimated_cost(
     alice_client, workers, fake_provider, settings
 ):
-    settings.LLM_PROVIDER_READ_TIMEOUT = 0.5
+    settings.LLM_STREAM_IDLE_SECONDS = 0.5
     fake_provider.faults({"timeout": 1.0})
     job = submit(alice_client)
     workers.work_once()

@@ -154,16 +154,22 @@ def test_max_tokens_limit_follows_the_model(alice_client):
     assert assert_error(response, 400, "invalid_max_tokens")["detail"]["maximum"] == 4096
 
 
-def test_max_tokens_beyond_a_ten_minute_non_streaming_call_is_refused(alice_client):
-    """The SDK expects an hour per 128k output tokens and refuses non-streaming calls expected to
-    run past 10 minutes: 21,333 tokens is the most a job may ask for, whatever the model allows."""
-    submit(alice_client, model="claude-opus-4-6", max_tokens=21_333)
-    response = alice_client.post(
-        "/api/v1/jobs/", job_body(model="claude-opus-4-6", max_tokens=21_334), format="json"
-    )
-    body = assert_error(response, 400, "invalid_max_tokens")
-    assert body["detail"] == {"field": "max_tokens", "maximum": 21_333}
-    assert LlmJob.objects.filter(max_tokens=21_334).count() == 0
+def test_max_tokens_may_reach_the_models_own_output_limit(alice_client):
+    """Every call streams: no ten-minute ceiling below the model's limit (128,000 for Opus 4.6,
+    64,000 for Sonnet 4.6 and Haiku 4.5); above it, 400 with the maximum."""
+    for model, maximum in (
+        ("claude-opus-4-6", 128_000),
+        ("claude-sonnet-4-6", 64_000),
+        ("claude-haiku-4-5", 64_000),
+    ):
+        submit(alice_client, model=model, max_tokens=maximum)
+        response = alice_client.post(
+            "/api/v1/jobs/", job_body(model=model, max_tokens=maximum + 1), format="json"
+        )
+        body = assert_error(response, 400, "invalid_max_tokens")
+        assert body["detail"] == {"field": "max_tokens", "maximum": maximum}
+        assert str(maximum) in body["message"] and model in body["message"]
+        assert LlmJob.objects.filter(model=model, max_tokens=maximum + 1).count() == 0
 
 
 def test_a_body_over_the_limit_gets_413(alice_client, settings):

@@ -80,7 +80,7 @@ def test_without_warm_up_the_same_call_builds_them(fake_provider: Any) -> None:
         from providers.registry import get_provider
         from django.conf import settings
 
-        get_client(settings.ANTHROPIC_BASE_URL, settings.LLM_PROVIDER_READ_TIMEOUT,
+        get_client(settings.ANTHROPIC_BASE_URL, settings.LLM_STREAM_IDLE_SECONDS,
                    settings.LLM_PROVIDER_CONNECT_TIMEOUT)
         adapters = models._CachedTypeAdapter.cache_info().misses
         {call}

@@ -11,7 +11,7 @@ from jobs.models import LlmJob
 from jobs.services import job_cancel
 from jobs.timeouts import job_timeout_for
 from jobs.transitions import Transition, on_transition
-from providers.limits import max_nonstreaming_tokens, read_timeout_for
+from providers.limits import call_deadline_for, read_timeout_for
 from tests.conftest import submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
@@ -148,21 +148,21 @@ def test_the_admin_job_list_never_loads_large_columns(alice_client, client, djan
     assert selects and all("`messages`" not in s and "`output_text`" not in s for s in selects)
 
 
-def test_read_timeout_and_job_timeout_scale_with_max_tokens(settings):
-    settings.LLM_PROVIDER_READ_TIMEOUT = 60.0
-    settings.LLM_READ_TIMEOUT_SCALE = 1.0
+def test_the_call_deadline_and_job_timeout_scale_with_max_tokens(settings):
+    settings.LLM_STREAM_IDLE_SECONDS = 60.0
+    settings.LLM_CALL_DEADLINE_SCALE = 2.0
     settings.LLM_JOB_TIMEOUT = 240
-    assert read_timeout_for(256) == 60.0  # the floor
-    assert read_timeout_for(8192) == pytest.approx(8192 * 3600 / 128_000)  # 230.4 s
-    assert read_timeout_for(max_nonstreaming_tokens()) <= 600.0
-    assert max_nonstreaming_tokens() == 21_333
-    for max_tokens in (1, 4096, 8192, 16_000, 21_333):
-        call = settings.LLM_PROVIDER_CONNECT_TIMEOUT + read_timeout_for(max_tokens)
-        assert job_timeout_for(max_tokens) > call  # RQ never kills a call that may still finish
+    assert read_timeout_for(256) == read_timeout_for(128_000) == 60.0  # the idle bound
+    connect = settings.LLM_PROVIDER_CONNECT_TIMEOUT
+    assert call_deadline_for(256) == connect + 60.0  # the idle bound outweighs the generation
+    # Twice the SDK's pace (an hour per 128k tokens): two hours for Opus's whole output.
+    assert call_deadline_for(128_000) == pytest.approx(connect + 2 * 3600)
+    for max_tokens in (1, 4096, 21_334, 64_000, 128_000):
+        assert job_timeout_for(max_tokens) > call_deadline_for(max_tokens)  # RQ never kills it
 
 
 def test_the_rq_job_carries_the_scaled_timeout(alice_client, workers, settings):
-    settings.LLM_PROVIDER_READ_TIMEOUT = 60.0
+    settings.LLM_STREAM_IDLE_SECONDS = 60.0
     job = submit(alice_client, model="claude-opus-4-6", max_tokens=16_000)
     (rq_job,) = workers.queue.get_jobs()
     assert rq_job.id == job.rq_job_id

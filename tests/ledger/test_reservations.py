@@ -98,7 +98,7 @@ def test_a_worker_killed_late_in_a_long_call_holds_its_room_until_the_reconciler
         fake_provider,
         LLM_HEARTBEAT_SECONDS="0.5",
         LLM_PROVIDER_CONNECT_TIMEOUT="1",
-        LLM_PROVIDER_READ_TIMEOUT="8",
+        LLM_STREAM_IDLE_SECONDS="8",
         LLM_JOB_TIMEOUT="10",
         LLM_JOB_TIMEOUT_MARGIN="1",
     )
@@ -187,7 +187,7 @@ def test_the_reconciler_releases_a_reservation_no_copy_claimed_and_that_copy_can
 def test_a_losing_copy_of_a_job_releases_its_own_reservation_not_the_winners(
     alice_client, fake_provider, settings
 ):
-    settings.LLM_PROVIDER_READ_TIMEOUT = 15.0  # the winner's 5 s call must not time out
+    settings.LLM_STREAM_IDLE_SECONDS = 15.0  # the winner's 5 s call must not time out
     bound = one_job_bound(alice_client)
     budget = feature_budget(limit_usd=bound * Decimal("2.5"))
     fake_provider.faults({}, latency_ms="5000")
@@ -246,7 +246,7 @@ def test_an_attempt_is_booked_at_the_price_its_reservation_used_when_the_price_c
     if outcome == "success":
         fake_provider.faults({}, latency_ms="4000")
     else:  # a read timeout: booked at the upper bound
-        settings.LLM_PROVIDER_READ_TIMEOUT = 4.0
+        settings.LLM_STREAM_IDLE_SECONDS = 4.0
         fake_provider.faults({}, latency_ms="20000")
     job = submit(alice_client, feature=FEATURE, max_tokens=16)
     held_price = price_for_model(model=job.model)

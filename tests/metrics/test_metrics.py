@@ -210,7 +210,7 @@ def test_counters_equal_the_ledger_after_a_mixed_run_through_real_worker_process
     env = worker_env(
         fake_provider,
         LLM_RETRY_DELAY_SCALE="0.001",
-        LLM_PROVIDER_READ_TIMEOUT="5",
+        LLM_STREAM_IDLE_SECONDS="5",
         LLM_BREAKER_ENABLED="False",
     )
     for _ in range(3):

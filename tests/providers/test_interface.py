@@ -53,15 +53,14 @@ def test_every_model_is_served_by_the_anthropic_provider():
     assert provider is get_provider() and provider.name == "anthropic"
 
 
-def test_its_limits_are_the_sdks_non_streaming_ones(settings):
-    settings.LLM_PROVIDER_READ_TIMEOUT = 60.0
+def test_its_limits_are_a_streams(settings):
+    settings.LLM_STREAM_IDLE_SECONDS = 60.0
     settings.LLM_PROVIDER_CONNECT_TIMEOUT = 10.0
-    settings.LLM_READ_TIMEOUT_SCALE = 1.0
+    settings.LLM_CALL_DEADLINE_SCALE = 2.0
     provider = get_provider()
-    assert provider.max_tokens_limit() == 21_333
-    assert provider.read_timeout_for(256) == 60.0
-    assert provider.read_timeout_for(provider.max_tokens_limit()) <= 600.0
-    assert provider.call_deadline_for(8192) == pytest.approx(10 + 8192 * 3600 / 128_000)
+    assert not hasattr(provider, "max_tokens_limit")  # the model's own limit is the price's
+    assert provider.read_timeout_for(256) == provider.read_timeout_for(64_000) == 60.0
+    assert provider.call_deadline_for(8192) == pytest.approx(10 + 2 * 8192 * 3600 / 128_000)
 
 
 @pytest.mark.parametrize(

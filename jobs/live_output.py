@@ -1,0 +1,154 @@
+"""A streaming job's text, live: ``job.delta`` events and the partial text kept in Redis.
+
+While an attempt streams, its text pieces are gathered and flushed at most every
+``LLM_DELTA_INTERVAL_SECONDS`` (5 a second by default), so a fast stream does not flood the
+channel layer. Each flush first appends to the job's partial text in Redis (at most
+``LLM_PARTIAL_TEXT_MAX_CHARS``), then publishes ``{"type": "job.delta", "job", "attempt",
+"offset", "text"}``: a client that joins late reads the partial text, then hears only what came
+after it (jobs/consumers.py), with no gap and no duplicate. Offsets count Unicode characters
+(code points) of the current attempt's text; a retried attempt starts again at offset 0.
+
+Best effort, like every live event: Redis or the channel layer being down never fails the job.
+"""
+
+import logging
+import time
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from redis.exceptions import RedisError
+
+from jobs.events import publish_event
+from llmops.queues import (
+    all_jobs_group,
+    job_cancel_key,
+    job_events_group,
+    job_group,
+    job_partial_attempt_key,
+    job_partial_text_key,
+)
+from runtime.redis_clients import queue_connection
+
+__all__ = [
+    "DELTA_EVENT",
+    "LiveOutput",
+    "live_keys_clear",
+    "partial_text",
+    "partial_text_clear",
+]
+
+logger = logging.getLogger(__name__)
+
+DELTA_EVENT = "job.delta"
+_TTL_SECONDS = 24 * 3600
+"""A partial text outlives its job's run by a day at most, whatever happened to the worker."""
+
+
+def _redis() -> Any:
+    from llmops.queues import LLM_QUEUE
+
+    return queue_connection(LLM_QUEUE)
+
+
+def partial_text(job_id: object) -> tuple[int, str] | None:
+    """The text the job's current attempt has streamed so far, with that attempt's number;
+    None when there is none (not streaming, or Redis cannot say)."""
+    try:
+        attempt, text = _redis().mget(job_partial_attempt_key(job_id), job_partial_text_key(job_id))
+    except RedisError as exc:
+        logger.warning("job %s: partial text not read: %r", job_id, exc)
+        return None
+    if attempt is None:
+        return None
+    return int(attempt), (text or b"").decode("utf-8", errors="replace")
+
+
+def partial_text_clear(job_id: object) -> None:
+    try:
+        _redis().delete(job_partial_text_key(job_id), job_partial_attempt_key(job_id))
+    except RedisError as exc:
+        logger.warning("job %s: partial text not cleared: %r", job_id, exc)
+
+
+def live_keys_clear(job_id: object) -> None:
+    """An attempt is over: its partial text and its cancel key go, in one round trip (both
+    expire on their own if Redis is away)."""
+    try:
+        _redis().delete(
+            job_partial_text_key(job_id), job_partial_attempt_key(job_id), job_cancel_key(job_id)
+        )
+    except RedisError as exc:
+        logger.warning("job %s: live keys not cleared: %r", job_id, exc)
+
+
+class LiveOutput:
+    """The ``on_text`` of one attempt's call (providers/base.py ``ProviderRequest``)."""
+
+    def __init__(self, *, job_id: UUID, user_id: int, attempt: int) -> None:
+        self.job_id, self.user_id, self.attempt = job_id, user_id, attempt
+        self.groups = [job_events_group(user_id), job_group(job_id), all_jobs_group()]
+        self.key = job_partial_text_key(job_id)
+        self.attempt_key = job_partial_attempt_key(job_id)
+        self.published = 0
+        """Characters published so far (the next delta's offset)."""
+        self.kept = 0
+        """Characters kept in Redis (at most LLM_PARTIAL_TEXT_MAX_CHARS)."""
+        self.pending: list[str] = []
+        self.last_flush = 0.0
+        self.events = 0
+        self._started = False
+        self._lost = False
+
+    def __call__(self, text: str) -> None:
+        if not text:
+            return
+        self.pending.append(text)
+        if time.monotonic() - self.last_flush >= settings.LLM_DELTA_INTERVAL_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append what is pending to the partial text, then publish it as one delta."""
+        if not self.pending:
+            return
+        chunk = "".join(self.pending)
+        self.pending.clear()
+        self.last_flush = time.monotonic()
+        self._keep(chunk)
+        offset, self.published = self.published, self.published + len(chunk)
+        message = {
+            "type": DELTA_EVENT,
+            "job": str(self.job_id),
+            "attempt": self.attempt,
+            "offset": offset,
+            "text": chunk,
+        }
+        if publish_event(self.groups, message, about=f"job {self.job_id} delta"):
+            self.events += 1
+
+    def _keep(self, chunk: str) -> None:
+        room = settings.LLM_PARTIAL_TEXT_MAX_CHARS - self.kept
+        if self._lost or (room <= 0 and self._started):
+            return
+        kept = chunk[: max(0, room)]
+        try:
+            pipe = _redis().pipeline(transaction=True)
+            if not self._started:
+                # A new attempt's text replaces the last attempt's.
+                pipe.set(self.key, kept, ex=_TTL_SECONDS)
+                pipe.set(self.attempt_key, self.attempt, ex=_TTL_SECONDS)
+            else:
+                pipe.append(self.key, kept)
+            pipe.execute()
+        except RedisError as exc:
+            # A text with a hole would resume a client at the wrong place: keep none instead.
+            logger.warning("job %s: partial text not kept: %r", self.job_id, exc)
+            self._lost = True
+            partial_text_clear(self.job_id)
+            return
+        self._started = True
+        self.kept += len(kept)
+
+    def close(self) -> None:
+        """The call is over: publish what is still pending."""
+        self.flush()
