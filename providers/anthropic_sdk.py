@@ -162,8 +162,8 @@ def _transport_failure(
             "read_timeout",
             latency,
             message=(
-                f"Stream stalled: nothing (not even a ping) for {settings.LLM_STREAM_IDLE_SECONDS:g} "
-                "s (LLM_STREAM_IDLE_SECONDS): outcome unknown"
+                "Stream stalled: nothing (not even a ping) for "
+                f"{settings.LLM_STREAM_IDLE_SECONDS:g} s (LLM_STREAM_IDLE_SECONDS): outcome unknown"
             ),
         )
     return ProviderOutcome(

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import async_to_sync
 from rest_framework.authtoken.models import Token
 
 from jobs.models import LlmJob
