@@ -381,7 +381,15 @@ class FakeAnthropicApp:
         state.settle_tokens(decision, reply["usage"])
         if request.stream and fault not in ("timeout", "trickle", "garbage"):
             plan = StreamPlan(reply, state.config.stream_tokens_per_second, fault)
-            return await self._stream(plan, scope, send, receive, request, epoch, request_id)
+            return await self._stream(
+                plan,
+                scope,
+                send,
+                receive,
+                request,
+                epoch,
+                [("request-id", request_id), *rate_headers],
+            )
         state.bill(
             request.price,
             reply["usage"],
@@ -426,12 +434,14 @@ class FakeAnthropicApp:
         receive: Receive,
         request: Any,
         epoch: int,
-        request_id: str,
+        answer_headers: Headers,
     ) -> None:
-        """Stream the answer (streaming.py); bill what was generated before it ended."""
+        """Stream the answer (streaming.py), its head carrying the request id and the rate-limit
+        headers as a plain answer's does; bill what was generated before it ended."""
         state = self.state
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        end = await stream_answer(plan, send, receive, [("request-id", request_id)], self.closing)
+        request_id = dict(answer_headers)["request-id"]
+        end = await stream_answer(plan, send, receive, answer_headers, self.closing)
         usage = dict(plan.reply["usage"])
         usage["output_tokens"] = end.output_tokens
         state.bill(

@@ -115,11 +115,69 @@ def warm_up() -> None:
     except Exception:
         logger.warning("warm-up: the SDK's answer parsing could not be prepared", exc_info=True)
     try:
+        _warm_up_stream_parsing()
+    except Exception:
+        logger.warning("warm-up: the SDK's stream parsing could not be prepared", exc_info=True)
+    try:
         from anthropic._tracing import trace_context_injector
 
         trace_context_injector()
     except Exception:
         logger.warning("warm-up: the SDK's trace propagator could not be loaded", exc_info=True)
+
+
+def _warm_up_stream_parsing() -> None:
+    """Read a canned stream (every event a streamed answer has, each content block kind) through
+    the SDK's own ``Stream`` and ``MessageStream``, as a real call reads one."""
+    import json
+
+    from anthropic.lib.streaming import MessageStream
+    from anthropic.types import RawMessageStreamEvent
+
+    start = {**_WARM_UP_ANSWER, "content": [], "stop_reason": None}
+    blocks = [
+        ({"type": "text", "text": ""}, {"type": "text_delta", "text": "x"}),
+        ({"type": "thinking", "thinking": "", "signature": ""},
+         {"type": "thinking_delta", "thinking": "x"}),
+        ({"type": "tool_use", "id": "toolu_warm_up", "name": "warm_up", "input": {}},
+         {"type": "input_json_delta", "partial_json": "{}"}),
+    ]  # fmt: skip
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("ping", {"type": "ping"}),
+    ]
+    for index, (block, delta) in enumerate(blocks):
+        events += [
+            ("content_block_start", {"type": "content_block_start", "index": index,
+                                     "content_block": block}),
+            ("content_block_delta", {"type": "content_block_delta", "index": index,
+                                     "delta": delta}),
+            ("content_block_stop", {"type": "content_block_stop", "index": index}),
+        ]  # fmt: skip
+    events += [
+        ("content_block_delta", {"type": "content_block_delta", "index": 1,
+                                 "delta": {"type": "signature_delta", "signature": "x"}}),
+        ("message_delta", {"type": "message_delta",
+                           "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                           "usage": {"output_tokens": 1}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]  # fmt: skip
+    body = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+    request = httpx2.Request("POST", "http://warm-up.invalid/v1/messages")
+    response = httpx2.Response(
+        200,
+        content=body.encode(),
+        headers={"content-type": "text/event-stream"},
+        request=request,
+    )
+    client = get_client(
+        settings.ANTHROPIC_BASE_URL,
+        settings.LLM_STREAM_IDLE_SECONDS,
+        settings.LLM_PROVIDER_CONNECT_TIMEOUT,
+    )
+    raw = anthropic.Stream(cast_to=RawMessageStreamEvent, response=response, client=client)
+    for _ in MessageStream(raw, output_format=anthropic.NOT_GIVEN):
+        pass
 
 
 def _usage(usage: Any) -> dict[str, int]:
@@ -302,6 +360,17 @@ def _call(request: ProviderRequest) -> ProviderOutcome:
         raise UnreadableResponse(f"a stream event that is not the Messages API's: {exc}") from exc
     if deadline is not None and deadline.cancelled and not reading.complete:
         return _cancelled(started, reading)
+    if reading.snapshot() is None and "text/event-stream" not in (
+        reading.headers().get("content-type", "") if reading.stream is not None else ""
+    ):
+        # A 200 that is no stream at all (a proxy's HTML page): say so plainly; the runner
+        # books the attempt as an unexpected error and retries it.
+        headers = reading.headers()
+        raise UnreadableResponse(
+            f"HTTP {stream.response.status_code} with a body that is not a Messages API answer "
+            f"(content-type {headers.get('content-type', 'unknown')}, "
+            f"request-id {headers.get('request-id', 'none')})"
+        )
     if not reading.complete or reading.snapshot() is None:
         # The connection ended cleanly without a message_stop: the answer is cut short.
         return _broken(

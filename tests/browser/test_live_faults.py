@@ -109,7 +109,7 @@ def test_a_slow_overloaded_job_is_cancelled_from_the_page(
     sign_in_and_pick(page, dev_server, "slow")
     job = LlmJob.objects.get()
     row = page.locator(f"#job-{job.id}")
-    # Queued and waiting: the button is there (a running job's is disabled: no cancel in flight).
+    # Queued and waiting: the button is there (a running job has one too: its stream is closed).
     assert row.locator("button.live-cancel").is_enabled()
 
     workers.work_once()  # the first call: 3-4 s, then 529; its retry waits, scheduled

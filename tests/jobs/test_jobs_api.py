@@ -259,11 +259,29 @@ def test_cancel_a_queued_job(alice_client):
     assert_error(alice_client.post(f"/api/v1/jobs/{job.id}/cancel/"), 409, "not_cancellable")
 
 
-@pytest.mark.parametrize("status", ["running", "completed", "failed"])
-def test_cancel_refuses_jobs_that_are_not_waiting(alice_client, status):
+@pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
+def test_cancel_refuses_jobs_that_are_final(alice_client, status):
     job = submit(alice_client)
     LlmJob.objects.filter(id=job.id).update(status=status)
-    assert_error(alice_client.post(f"/api/v1/jobs/{job.id}/cancel/"), 409, "not_cancellable")
+    body = assert_error(alice_client.post(f"/api/v1/jobs/{job.id}/cancel/"), 409, "not_cancellable")
+    assert body["detail"] == {"status": status}
+
+
+def test_cancel_of_a_running_job_no_worker_ends_answers_202_and_marks_it(alice_client, settings):
+    """With no worker to close its stream, the answer waits LLM_CANCEL_WAIT_SECONDS and says the
+    job still runs; the row keeps the request, for the worker (or the reconciler) to act on."""
+    settings.LLM_CANCEL_WAIT_SECONDS = 0.3
+    job = submit(alice_client)
+    LlmJob.objects.filter(id=job.id).update(status="running", attempts=1)
+    response = alice_client.post(f"/api/v1/jobs/{job.id}/cancel/")
+    assert response.status_code == 202 and response.json()["status"] == "running"
+    job.refresh_from_db()
+    assert job.cancel_requested_at is not None
+    # Asked twice: the first request stands.
+    first = job.cancel_requested_at
+    assert alice_client.post(f"/api/v1/jobs/{job.id}/cancel/").status_code == 202
+    job.refresh_from_db()
+    assert job.cancel_requested_at == first
 
 
 def test_cost_is_a_decimal_string_with_six_places(alice_client):

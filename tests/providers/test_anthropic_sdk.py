@@ -29,6 +29,28 @@ MESSAGE = {
 }
 
 
+def sse(message: dict[str, Any]) -> bytes:
+    """A message as the Messages API streams it."""
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    events = [("message_start", {"type": "message_start", "message": start})]
+    for index, block in enumerate(message["content"]):
+        events += [
+            ("content_block_start", {"type": "content_block_start", "index": index,
+                                     "content_block": {**block, "text": ""}}),
+            ("content_block_delta", {"type": "content_block_delta", "index": index,
+                                     "delta": {"type": "text_delta", "text": block["text"]}}),
+            ("content_block_stop", {"type": "content_block_stop", "index": index}),
+        ]  # fmt: skip
+    events += [
+        ("message_delta", {"type": "message_delta",
+                           "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                           "usage": {"output_tokens": usage["output_tokens"]}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]  # fmt: skip
+    return "".join(f"event: {n}\ndata: {json.dumps(d)}\n\n" for n, d in events).encode()
+
+
 class Recorder:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -47,9 +69,12 @@ def recorder(settings: Any) -> Iterator[Recorder]:
             rec.requests.append(
                 {"headers": dict(self.headers), "body": json.loads(self.rfile.read(length))}
             )
-            payload = json.dumps(rec.body).encode()
+            if rec.status == 200:
+                payload, kind = sse(rec.body), "text/event-stream"
+            else:
+                payload, kind = json.dumps(rec.body).encode(), "application/json"
             self.send_response(rec.status)
-            for key, value in {**rec.headers, "content-type": "application/json"}.items():
+            for key, value in {**rec.headers, "content-type": kind}.items():
                 self.send_header(key, value)
             self.send_header("content-length", str(len(payload)))
             self.end_headers()
@@ -85,7 +110,7 @@ def test_it_sends_the_job_id_as_idempotency_key_and_the_body_as_given(recorder):
     assert headers["idempotency-key"] == "job-123"
     # SDK 2.x sends the key as a bearer token.
     assert "sk-ant-test-key" in (headers.get("x-api-key") or headers.get("authorization", ""))
-    assert request["body"] == BODY
+    assert request["body"] == {**BODY, "stream": True}  # every call streams
     assert outcome.kind == "success" and outcome.text == "hello"
     assert outcome.request_id == "req_abc"
     assert outcome.usage == {

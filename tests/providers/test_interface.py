@@ -30,7 +30,9 @@ def _project_files() -> list[Path]:
     return [
         path
         for path in sorted(ROOT.rglob("*.py"))
-        if not {".venv", "node_modules", "providers", "tests"} & set(path.relative_to(ROOT).parts)
+        # bench/ is not installed: its streaming benchmark calls the SDK directly on purpose.
+        if not {".venv", "node_modules", "providers", "tests", "bench"}
+        & set(path.relative_to(ROOT).parts)
         and not any(part.startswith(".") for part in path.relative_to(ROOT).parts)
     ]
 

@@ -1,6 +1,8 @@
 /* The live page (templates/jobs/live.html): submit a prompt, list the user's jobs and keep them
-   current from /ws/jobs/ events. Events sent while the socket is down are lost: on reconnect
-   (or a "resync") the page asks the API for every job it shows that is still moving. */
+   current from /ws/jobs/ events, a running job's text as it streams (job.delta). Events sent
+   while the socket is down are lost: on reconnect (or a "resync", or a delta that skips ahead)
+   the page asks the API for every job it shows that is still moving (a running one's GET has
+   its partial text). */
 (function () {
   "use strict";
   var root = document.getElementById("live");
@@ -8,7 +10,7 @@
   var tbody = document.getElementById("jobs");
   var ZERO = "00000000-0000-0000-0000-000000000000";
   var FINAL = {completed: true, failed: true, cancelled: true};
-  var CANCELLABLE = {queued: true, retrying: true};
+  var CANCELLABLE = {queued: true, retrying: true, running: true};
   var LABELS = ["", "", "Attempts", "Cost", "Output", ""];  // shown on a phone
   var CLASSES = ["job", "status", "attempts", "cost", "output", "actions"];
   // Closes that a new socket would meet again: signed out, not allowed, no such job.
@@ -16,6 +18,8 @@
   var rows = {};
   var latest = {};
   var faultOf = {};
+  // A running job's text so far: {attempt, text, length (in code points, as offsets count)}.
+  var streamed = {};
   var retries = 0;
 
   function cookie(name) {
@@ -83,11 +87,18 @@
 
   function outputCell(td, job) {
     td.textContent = "";
-    if (job.output) td.appendChild(el("div", "output-text", job.output.text));
+    var live = streamed[job.id];
+    if (job.status === "running" && live && live.text) {
+      td.appendChild(el("div", "output-text streaming", live.text));
+    } else if (job.output && job.output.text !== null) {
+      td.appendChild(el("div", "output-text", job.output.text));
+    }
     if (job.error && !job.output) {
       td.appendChild(el("div", "job-error", job.error.code + ": " + job.error.message));
     }
-    if (job.status === "retrying" && job.next_attempt_at) {
+    if (job.status === "cancelled" && job.output && job.output.stop_reason === "cancelled") {
+      td.appendChild(el("div", "job-note", "cancelled mid-call: the text it had written"));
+    } else if (job.status === "retrying" && job.next_attempt_at) {
       td.appendChild(el("div", "job-note", "next attempt at " + timeOf(job.next_attempt_at)));
     } else if (job.status === "failed") {
       td.appendChild(el("div", "job-note", "dead-lettered: requeue it from the admin's DLQ"));
@@ -101,7 +112,7 @@
     button.type = "button";
     if (!CANCELLABLE[job.status]) {
       button.disabled = true;
-      button.title = "A call in flight runs to its end; a waiting job can be cancelled.";
+      button.title = "This job can no longer be cancelled.";
     }
     button.addEventListener("click", function () { cancel(job.id, button); });
     td.appendChild(button);
@@ -111,6 +122,12 @@
   function render(update, append) {
     var job = Object.assign({}, latest[update.id] || {}, update);
     latest[job.id] = job;
+    if (update.output && typeof update.output.partial_text === "string") {
+      // A running job's GET: its attempt's text so far replaces what the page had.
+      var text = update.output.partial_text;
+      streamed[job.id] = {attempt: job.attempts, text: text, length: Array.from(text).length};
+    }
+    if (FINAL[job.status]) delete streamed[job.id];
     var tr = rows[job.id];
     if (!tr && !job.feature) fillIn(job.id);  // first heard of in an event
     if (!tr) {
@@ -201,6 +218,31 @@
     });
   }
 
+  // A piece of a running job's text: appended at its offset (code points); a new attempt starts
+  // again from 0; a piece past what the page has (deltas missed) asks the API for the text.
+  function delta(event) {
+    var id = event.job, tr = rows[id];
+    if (!tr) return;
+    var have = streamed[id];
+    if (!have || (event.attempt && event.attempt > have.attempt)) {
+      have = streamed[id] = {attempt: event.attempt || 0, text: "", length: 0};
+    } else if (event.attempt && event.attempt < have.attempt) {
+      return;
+    }
+    if (event.offset > have.length) {
+      fetchJob(id);
+      return;
+    }
+    var piece = Array.from(event.text);
+    var skip = have.length - event.offset;
+    if (skip >= piece.length) return;
+    if (skip < 0) skip = 0;
+    have.text += piece.slice(skip).join("");
+    have.length += piece.length - skip;
+    var job = latest[id];
+    if (job && job.status === "running") outputCell(tr.children[4], job);
+  }
+
   function cancel(id, button) {
     button.disabled = true;
     post(urlFor(root.dataset.jobUrl, id) + "cancel/").then(function (answer) {
@@ -223,6 +265,7 @@
     socket.onmessage = function (e) {
       var event = JSON.parse(e.data);
       if (event.type === "job.updated") render(event.job);
+      else if (event.type === "job.delta") delta(event);
       else if (event.type === "resync") catchUp();
     };
     socket.onclose = function (e) {
