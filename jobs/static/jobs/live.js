@@ -240,7 +240,13 @@
     have.text += piece.slice(skip).join("");
     have.length += piece.length - skip;
     var job = latest[id];
-    if (job && job.status === "running") outputCell(tr.children[4], job);
+    if (!job || job.status !== "running") return;
+    var box = tr.children[4].querySelector(".output-text.streaming");
+    if (!box) return outputCell(tr.children[4], job);
+    // Follow the end of the text unless the reader scrolled up.
+    var following = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+    box.textContent = have.text;
+    if (following) box.scrollTop = box.scrollHeight;
   }
 
   function cancel(id, button) {
