@@ -4,8 +4,10 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from api.errors import Conflict
 from jobs.breaker import breaker_close
 from jobs.models import LlmJob, ProviderBreaker
+from jobs.services import job_cancel
 from llmops.admin import ReadOnlyAdmin
 
 
@@ -26,6 +28,34 @@ class LlmJobAdmin(admin.ModelAdmin):
     list_select_related = ["user"]
     date_hierarchy = "created_at"
     readonly_fields = [f.name for f in LlmJob._meta.fields]
+    actions = ["cancel_jobs"]
+
+    @admin.action(
+        description="Cancel the selected jobs (a running one's stream is closed)",
+        permissions=["change"],
+    )
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[LlmJob]) -> None:
+        waiting = running = final = 0
+        for job in queryset.select_related(None).only("id", "status"):
+            try:
+                job = job_cancel(job=job, running=True)
+            except Conflict:
+                final += 1
+                continue
+            if job.status == LlmJob.Status.RUNNING:
+                running += 1
+            else:
+                waiting += 1
+        parts = [f"{waiting} cancelled"]
+        if running:
+            parts.append(f"{running} running: their workers close the streams within seconds")
+        if final:
+            parts.append(f"{final} already finished, left as they were")
+        self.message_user(
+            request,
+            "; ".join(parts) + ".",
+            messages.SUCCESS if waiting or running else messages.WARNING,
+        )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[LlmJob]:
         queryset = super().get_queryset(request)

@@ -273,3 +273,61 @@ def test_the_worker_stops_reading_when_cancelled_from_another_thread(fake_provid
     )
     with httpx.Client(base_url=fake_provider.url) as client:
         wait_for(lambda: client.get("/_fake/billing").json()["calls"], timeout=5, what="the bill")
+
+
+@pytest.mark.django_db
+def test_staff_cancel_jobs_from_the_admin_a_running_ones_stream_too(alice_client, client):
+    from django.contrib.auth.models import User
+
+    waiting, running, done = (submit(alice_client) for _ in range(3))
+    LlmJob.objects.filter(id=running.id).update(status="running", attempts=1)
+    LlmJob.objects.filter(id=done.id).update(status="completed")
+    staff = User.objects.create_superuser("root", "root@example.com", "pw")
+    client.force_login(staff)
+    response = client.post(
+        "/admin/jobs/llmjob/",
+        {"action": "cancel_jobs", "_selected_action": [waiting.id, running.id, done.id]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert "1 cancelled; 1 running: their workers close the streams" in text
+    assert "1 already finished" in text
+    statuses = dict(LlmJob.objects.values_list("id", "status"))
+    assert statuses[waiting.id] == "cancelled" and statuses[done.id] == "completed"
+    assert LlmJob.objects.get(id=running.id).cancel_requested_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("prices")
+def test_a_stream_far_longer_than_the_stale_threshold_is_never_taken_over(
+    alice_client,
+    slow_stream,
+    processes,  # noqa: F811
+    settings,
+):
+    """The heartbeat keeps a stream of any length its own: with a 2 s stale threshold, a 10 s
+    generation sees the reconciler pass every half second and runs once, paid once."""
+    from jobs.reconciler import reconcile_jobs
+
+    settings.LLM_STALE_AFTER_SECONDS = 2
+    slow_stream.http.post(
+        "/_fake/faults", json={"stream_tokens_per_second": 1000}
+    ).raise_for_status()
+    job = submit(alice_client, max_tokens=10_000, messages=long_reply(10_000))
+    _start_worker(processes, slow_stream)
+    wait_for(
+        lambda: LlmJob.objects.get(id=job.id).status == "running",
+        timeout=30,
+        what=f"the stream to start\n{processes.logs()}",
+    )
+    passes = []
+    while LlmJob.objects.get(id=job.id).status == "running":
+        passes.append(reconcile_jobs().recovered_stale)
+        time.sleep(0.5)
+    job.refresh_from_db()
+    assert job.status == "completed" and job.attempts == 1
+    assert len(passes) >= 12 and set(passes) == {0}, passes
+    (call,) = billing(slow_stream)
+    assert call["how"] == "answered" and call["output_tokens"] == 10_000
+    assert [r.outcome for r in entries(job)] == ["success"]
