@@ -7,7 +7,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 # pytest-xdist workers for make test (each its own test database and Redis index, tests/parallel.py).
 TEST_WORKERS ?= 3
 
-.PHONY: run token test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-batch chaos clean
+.PHONY: run token test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-batch bench-streaming chaos clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -124,3 +124,11 @@ bench-pipeline: dev-venv services
 # web line, distinct items and every item twice, and a GET of the batch (its own database).
 bench-batch: dev-venv services
 	$(BIN)/python bench/batch_submit.py
+
+# Streaming's cost: the streamed provider call next to the old non-streaming one (CPU per call,
+# calls/s, 256 and 4,000 output tokens), then 200 jobs streaming at once through the Procfile's
+# web and llm worker lines, one WebSocket each: deltas per job per second, every job's deltas
+# checked against its output, the workers' and web's CPU and the workers' peak RSS (its own
+# database).
+bench-streaming: dev-venv services
+	$(BIN)/python bench/streaming.py

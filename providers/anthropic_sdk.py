@@ -175,7 +175,11 @@ def _warm_up_stream_parsing() -> None:
         settings.LLM_STREAM_IDLE_SECONDS,
         settings.LLM_PROVIDER_CONNECT_TIMEOUT,
     )
-    raw = anthropic.Stream(cast_to=RawMessageStreamEvent, response=response, client=client)
+    # RawMessageStreamEvent is an annotated union, which is what the SDK itself passes.
+    event_type: Any = RawMessageStreamEvent
+    raw: anthropic.Stream[Any] = anthropic.Stream(
+        cast_to=event_type, response=response, client=client
+    )
     for _ in MessageStream(raw, output_format=anthropic.NOT_GIVEN):
         pass
 
