@@ -57,6 +57,8 @@ blip keeps it open, but access is never kept unchecked for long."""
 _LAYER_RETRY_CAP_SECONDS = 5.0
 
 _LAYER_ERRORS = (RedisError, OSError)
+_DELTA_JOBS_KEPT = 1000
+"""Running jobs whose text position a socket remembers (the oldest forgotten first)."""
 
 
 @database_sync_to_async
@@ -85,7 +87,10 @@ def _text_so_far(job_id: uuid.UUID) -> tuple[int, str] | None:
         kept = partial_text(job_id)
         if kept is not None and kept[0] == job.attempts:
             return kept
-        return job.attempts, ""
+        # Ended meanwhile (its text is cleared once the job's end commits): read it again.
+        job.refresh_from_db(fields=["status", "attempts", "output_text"])
+        if job.status == LlmJob.Status.RUNNING:
+            return job.attempts, ""
     if job.output_text is not None:
         return job.attempts, job.output_text
     return None
@@ -136,8 +141,8 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         self.outbox: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
         self.queued_bytes = 0
         self.tasks: list[asyncio.Task[None]] = []
-        self.delta_attempt: int | None = None
-        self.delta_end = 0
+        self.deltas: dict[str, tuple[int, int]] = {}
+        """job id -> (attempt, characters this socket has of its text), for the running jobs."""
         try:
             await await_many_dispatch(
                 [receive, self._receive_from_layer, self._until_stopped], self.dispatch
@@ -186,7 +191,7 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         if kept is None:
             return
         attempt, text = kept
-        self.delta_attempt, self.delta_end = attempt, len(text)
+        self._delta_seen(str(job_id), attempt, max(offset, len(text)))
         if len(text) > offset:
             await self._queue(
                 {
@@ -199,41 +204,38 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
             )
 
     async def job_delta(self, message: dict[str, Any]) -> None:
-        """A streaming job's text (jobs/live_output.py). On a socket that resumed from an offset,
-        only what the client does not have yet; a new attempt's text starts again at 0."""
-        start, text, attempt = message["offset"], message["text"], message.get("attempt")
-        if self.delta_attempt is not None:
-            if attempt is not None and attempt != self.delta_attempt:
-                if attempt < self.delta_attempt:
-                    return
-                self.delta_attempt, self.delta_end = attempt, 0
-            end = start + len(text)
-            if end <= self.delta_end:
+        """A streaming job's text (jobs/live_output.py): only what this socket has not had yet
+        (a delta sent again after a lost hand-off overlaps the last one, and a socket that
+        resumed from an offset has the start); a new attempt's text starts again at 0."""
+        job, start, text = message["job"], message["offset"], message["text"]
+        attempt = message.get("attempt") or 0
+        had = self.deltas.get(job)
+        if had is not None:
+            had_attempt, had_end = had
+            if attempt < had_attempt:
                 return
-            if start < self.delta_end:
-                text, start = text[self.delta_end - start :], self.delta_end
-            self.delta_end = end
+            if attempt == had_attempt:
+                end = start + len(text)
+                if end <= had_end:
+                    return
+                if start < had_end:
+                    text, start = text[had_end - start :], had_end
+        self._delta_seen(job, attempt, start + len(text))
         await self._queue(
-            {
-                "type": DELTA_EVENT,
-                "job": message["job"],
-                "attempt": attempt,
-                "offset": start,
-                "text": text,
-            }
+            {"type": DELTA_EVENT, "job": job, "attempt": attempt, "offset": start, "text": text}
         )
 
-    async def receive(
-        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
-    ) -> None:
-        """The socket is server-to-client only: what a client sends is ignored, never decoded.
-        One over WS_MAX_MESSAGE_BYTES (which uvicorn already refuses, llmops/web.py) closes it."""
-        size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
-        if size > settings.WS_MAX_MESSAGE_BYTES:
-            await self.close(code=CLOSE_MESSAGE_TOO_BIG)
+    def _delta_seen(self, job: str, attempt: int, end: int) -> None:
+        self.deltas.pop(job, None)
+        self.deltas[job] = (attempt, end)
+        if len(self.deltas) > _DELTA_JOBS_KEPT:
+            self.deltas.pop(next(iter(self.deltas)))
 
     async def job_updated(self, message: dict[str, Any]) -> None:
-        await self._queue({"type": message["type"], "job": message["job"]})
+        job = message["job"]
+        if job.get("status") in LlmJob.FINAL_STATUSES:
+            self.deltas.pop(job.get("id"), None)
+        await self._queue({"type": message["type"], "job": job})
 
     async def pipeline_step_completed(self, message: dict[str, Any]) -> None:
         """Pipeline events (pipelines/events.py) go to their owner's group only."""

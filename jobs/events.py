@@ -22,7 +22,13 @@ from jobs.models import LlmJob
 from jobs.transitions import Transition, on_transition
 from llmops.queues import all_jobs_group, job_events_group, job_group
 
-__all__ = ["event_for", "publish_event", "publish_job_event"]
+__all__ = [
+    "event_for",
+    "event_published",
+    "publish_event",
+    "publish_event_nowait",
+    "publish_job_event",
+]
 
 logger = logging.getLogger("jobs.events")
 
@@ -55,32 +61,86 @@ def event_for(job: LlmJob) -> dict[str, Any]:
     return {"type": EVENT_TYPE, "job": payload}
 
 
+SEND_CONCURRENCY = 16
+"""At most this many events are handed to the channel layer at once (each to its groups at
+once): channels-redis's connection pool (redis-py's default, 100 connections) refuses more at
+once, and a burst of streaming jobs (a delta 5 times a second from each) otherwise exhausted it
+(bench/streaming.py)."""
+
+
 class _Sender:
-    """One thread per process with its own event loop: events leave in the order they came."""
+    """One thread per process with its own event loop and one queue: events leave in the order
+    they came, up to ``SEND_CONCURRENCY`` at a time, those of one subject (a job) one after the
+    other."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
+        # Transitions (their callers wait) before deltas (nobody waits): a job's last delta is
+        # out before its final transition is published (jobs/live_output.py ``close``), so
+        # one job's events keep their order.
+        self.urgent: asyncio.Queue[tuple[str, list[str], dict[str, Any], Future[None]]] = (
+            asyncio.Queue()
+        )
+        self.queue: asyncio.Queue[tuple[str, list[str], dict[str, Any], Future[None]]] = (
+            asyncio.Queue()
+        )
+        self.ready = asyncio.Event()
         self.thread = threading.Thread(target=self._run, name="job-events", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
+        self.loop.create_task(self._drain())
         self.loop.run_forever()
 
-    def send(self, groups: list[str], message: dict[str, Any]) -> "Future[None]":
-        return asyncio.run_coroutine_threadsafe(self._send(groups, message), self.loop)
+    def send(
+        self, subject: str, groups: list[str], message: dict[str, Any], *, urgent: bool = True
+    ) -> "Future[None]":
+        future: Future[None] = Future()
+        self.loop.call_soon_threadsafe(
+            self._put, self.urgent if urgent else self.queue, (subject, groups, message, future)
+        )
+        return future
 
-    async def _send(self, groups: list[str], message: dict[str, Any]) -> None:
+    def _put(self, queue: asyncio.Queue[Any], item: Any) -> None:
+        queue.put_nowait(item)
+        self.ready.set()
+
+    async def _drain(self) -> None:
+        while True:
+            await self.ready.wait()
+            # What waits, up to SEND_CONCURRENCY events, transitions first; a subject's later
+            # events go out in this batch behind its earlier ones.
+            batch = []
+            for queue in (self.urgent, self.queue):
+                while len(batch) < SEND_CONCURRENCY and not queue.empty():
+                    batch.append(queue.get_nowait())
+            if self.urgent.empty() and self.queue.empty():
+                self.ready.clear()
+            if not batch:
+                continue
+            by_subject: dict[str, list[Any]] = {}
+            for item in batch:
+                by_subject.setdefault(item[0], []).append(item)
+            await asyncio.gather(*(self._send_in_order(items) for items in by_subject.values()))
+
+    async def _send_in_order(self, items: list[Any]) -> None:
         from channels.layers import get_channel_layer
 
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        # The three groups at once: each group_send waits on two Redis round trips, and one
-        # after the other they made the caller wait on six. Order holds: a caller hands over
-        # its next event only once this one is in.
-        await asyncio.gather(*(layer.group_send(group, message) for group in groups))
+        for _, groups, message, future in items:
+            if not future.set_running_or_notify_cancel():
+                continue  # abandoned by its caller (it waited too long): never sent late
+            try:
+                layer = get_channel_layer()
+                if layer is not None:
+                    # The groups at once: one after the other they made the caller wait on
+                    # twice as many Redis round trips.
+                    await asyncio.gather(*(layer.group_send(group, message) for group in groups))
+            except Exception as exc:  # handed to the caller's future
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
 
 
 _sender: _Sender | None = None
@@ -100,15 +160,32 @@ def publish_job_event(job: LlmJob) -> bool:
     """Hand the job's event to the channel layer; False (logged) when it did not go in time."""
     message = event_for(job)
     groups = [job_events_group(job.user_id), job_group(job.id), all_jobs_group()]
-    return publish_event(groups, message, about=f"job {job.id}")
+    return publish_event(groups, message, about=f"job {job.id}", subject=str(job.id))
 
 
-def publish_event(groups: list[str], message: dict[str, Any], *, about: str) -> bool:
+def publish_event(
+    groups: list[str], message: dict[str, Any], *, about: str, subject: str | None = None
+) -> bool:
     """Hand any event (a job's, a pipeline's) to the channel layer through this process's one
-    sender, in order; False (logged, naming ``about``) when it did not go in time."""
-    future = _get_sender().send(groups, message)
+    sender, in order; False (logged, naming ``about``) when it did not go in time. ``subject``
+    (by default ``about``): events of one subject are sent one after the other."""
+    future = publish_event_nowait(groups, message, subject=subject or about)
+    return event_published(future, about=about, timeout=settings.JOB_EVENTS_PUBLISH_TIMEOUT)
+
+
+def publish_event_nowait(
+    groups: list[str], message: dict[str, Any], *, subject: str
+) -> "Future[None]":
+    """Queue an event without waiting for it (a streaming job's deltas): the future says how it
+    went (``event_published``)."""
+    return _get_sender().send(subject, groups, message, urgent=False)
+
+
+def event_published(future: "Future[None]", *, about: str, timeout: float) -> bool:
+    """Whether a queued event went out, waiting at most ``timeout``; one that did not is
+    abandoned (never sent late, out of order) and logged."""
     try:
-        future.result(timeout=settings.JOB_EVENTS_PUBLISH_TIMEOUT)
+        future.result(timeout=timeout)
     except Exception as exc:
         # Timeout or layer error: the event is lost, the job is not. The sender keeps order,
         # so a slow hand-off is abandoned rather than overtaken by the next event.

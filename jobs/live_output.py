@@ -13,13 +13,14 @@ Best effort, like every live event: Redis or the channel layer being down never 
 
 import logging
 import time
+from concurrent.futures import Future
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from redis.exceptions import RedisError
 
-from jobs.events import publish_event
+from jobs.events import event_published, publish_event_nowait
 from llmops.queues import (
     all_jobs_group,
     job_cancel_key,
@@ -91,10 +92,14 @@ class LiveOutput:
         self.key = job_partial_text_key(job_id)
         self.attempt_key = job_partial_attempt_key(job_id)
         self.published = 0
-        """Characters published so far (the next delta's offset)."""
+        """Characters handed out in deltas (sent or on their way): the next delta's offset."""
         self.kept = 0
         """Characters kept in Redis (at most LLM_PARTIAL_TEXT_MAX_CHARS)."""
         self.pending: list[str] = []
+        self.backlog = ""
+        """Text in no delta yet: gathered while the last delta is on its way, or given back by
+        a delta that did not go out."""
+        self.in_flight: tuple[Future[None], int, str] | None = None
         self.last_flush = 0.0
         self.events = 0
         self._started = False
@@ -108,23 +113,53 @@ class LiveOutput:
             self.flush()
 
     def flush(self) -> None:
-        """Append what is pending to the partial text, then publish it as one delta."""
-        if not self.pending:
-            return
-        chunk = "".join(self.pending)
-        self.pending.clear()
+        """Append what is pending to the partial text, then queue it as one delta without
+        waiting: the stream is never held up by the channel layer. One delta is on its way at a
+        time; one that did not go out is sent again with the next, from its own offset, so a
+        live client sees a lost event late, not as a gap."""
         self.last_flush = time.monotonic()
-        self._keep(chunk)
-        offset, self.published = self.published, self.published + len(chunk)
+        if self.pending:
+            chunk = "".join(self.pending)
+            self.pending.clear()
+            self._keep(chunk)
+            self.backlog += chunk
+        if self.in_flight is not None:
+            if not self.in_flight[0].done():
+                return
+            self._settle(timeout=0)
+        if not self.backlog:
+            return
+        offset, text = self.published, self.backlog
+        self.backlog, self.published = "", offset + len(text)
         message = {
             "type": DELTA_EVENT,
             "job": str(self.job_id),
             "attempt": self.attempt,
             "offset": offset,
-            "text": chunk,
+            "text": text,
         }
-        if publish_event(self.groups, message, about=f"job {self.job_id} delta"):
+        future = publish_event_nowait(self.groups, message, subject=str(self.job_id))
+        self.in_flight = (future, offset, text)
+
+    def _settle(self, *, timeout: float) -> None:
+        assert self.in_flight is not None
+        future, offset, text = self.in_flight
+        self.in_flight = None
+        if event_published(future, about=f"job {self.job_id} delta", timeout=timeout):
             self.events += 1
+        else:
+            self.backlog, self.published = text + self.backlog, offset
+
+    def close(self) -> None:
+        """The call is over: publish what is still pending or was lost, waiting for each at most
+        ``JOB_EVENTS_PUBLISH_TIMEOUT`` (two tries), so that the last delta leaves before the
+        job's final ``job.updated``."""
+        for _ in range(2):
+            self.flush()
+            if self.in_flight is not None:
+                self._settle(timeout=settings.JOB_EVENTS_PUBLISH_TIMEOUT)
+            if not self.backlog and not self.pending:
+                return
 
     def _keep(self, chunk: str) -> None:
         room = settings.LLM_PARTIAL_TEXT_MAX_CHARS - self.kept
@@ -148,7 +183,3 @@ class LiveOutput:
             return
         self._started = True
         self.kept += len(kept)
-
-    def close(self) -> None:
-        """The call is over: publish what is still pending."""
-        self.flush()
