@@ -365,6 +365,18 @@ def _tool_to_call(request: MessagesRequest) -> dict[str, Any] | None:
     return next((t for t in tools if t.get("name") and t["name"] in request.last_user_text), None)
 
 
+def _web_search_tool(request: MessagesRequest) -> dict[str, Any] | None:
+    """The web search server tool, when the job offers it and its last user message asks to
+    search."""
+    options = request.options or {}
+    for tool in options.get("tools", []):
+        if str(tool.get("type", "")).startswith("web_search") and (
+            "search" in request.last_user_text.lower()
+        ):
+            return dict(tool)
+    return None
+
+
 def _tool_input(tool: dict[str, Any]) -> dict[str, Any]:
     """An input that fits the tool's schema: each required property, by its type."""
     schema = tool.get("input_schema") or {}
@@ -402,6 +414,36 @@ def build_message(request: MessagesRequest, state: FakeProviderState) -> dict[st
     if _tokens(text) > budget:
         text, stop_reason, stop_sequence = text[: max(0, budget) * 4], "max_tokens", None
     tool = _tool_to_call(request) if stop_reason == "end_turn" else None
+    searches = 0
+    search_tool = _web_search_tool(request)
+    if search_tool is not None and tool is None:
+        # The server tool runs on the provider's side: its call and its results come back as
+        # blocks of the answer, and each search is billed (usage.server_tool_use).
+        searches = 1
+        call_id = "srvtoolu_" + hashlib.sha256(request.digest).hexdigest()[:24]
+        content.append(
+            {
+                "type": "server_tool_use",
+                "id": call_id,
+                "name": "web_search",
+                "input": {"query": request.last_user_text[:100]},
+            }
+        )
+        content.append(
+            {
+                "type": "web_search_tool_result",
+                "tool_use_id": call_id,
+                "content": [
+                    {
+                        "type": "web_search_result",
+                        "url": "https://example.invalid/fake-result",
+                        "title": "A fake search result",
+                        "encrypted_content": "fake-" + request.digest.hex()[:32],
+                        "page_age": None,
+                    }
+                ],
+            }
+        )
     if tool is not None:
         text = f"I will call {tool['name']}."
         content.append({"type": "text", "text": text})
@@ -432,6 +474,8 @@ def build_message(request: MessagesRequest, state: FakeProviderState) -> dict[st
         "cache_read_input_tokens": usage["cache_read_input_tokens"],
         "cache_creation": usage["cache_creation"],
     }
+    if searches:
+        usage_out["server_tool_use"] = {"web_search_requests": searches}
     return {
         "id": "msg_" + uuid.uuid4().hex[:24],
         "type": "message",

@@ -87,6 +87,9 @@ def _price(values: str, max_output_tokens: int) -> Price:
     return Price(inp, write_5m, write_1h, read, out, max_output_tokens)
 
 
+WEB_SEARCH_USD = Decimal("0.01")
+"""The web search server tool's fee per search ($10 per 1,000 searches)."""
+
 # The "provider's" own price list (input / 5-min write / 1-hour write / cache read / output).
 PRICES: dict[str, Price] = {
     "claude-opus-4-6": _price("5/6.25/10/0.50/25", 128_000),
@@ -643,6 +646,8 @@ class FakeProviderState:
             + usage["cache_read_input_tokens"] * price.cache_read
             + usage["output_tokens"] * price.output
         ) / Decimal(1_000_000)
+        searches = (usage.get("server_tool_use") or {}).get("web_search_requests", 0)
+        cost += searches * WEB_SEARCH_USD
         self.cost += cost
         if len(self.billing) == self.billing.maxlen:
             self.billing_evicted += 1

@@ -112,7 +112,7 @@ class _Sender:
             await self.ready.wait()
             # What waits, up to SEND_CONCURRENCY events, transitions first; a subject's later
             # events go out in this batch behind its earlier ones.
-            batch = []
+            batch: list[tuple[str, list[str], dict[str, Any], Future[None]]] = []
             for queue in (self.urgent, self.queue):
                 while len(batch) < SEND_CONCURRENCY and not queue.empty():
                     batch.append(queue.get_nowait())

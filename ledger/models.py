@@ -29,6 +29,12 @@ class ModelPrice(models.Model):
     max_output_tokens = models.PositiveIntegerField(
         help_text="Largest max_tokens the model accepts; submits above it are refused."
     )
+    web_search_per_request = models.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        default=Decimal("0.01"),
+        help_text="USD per web search the web search server tool makes ($10 per 1,000).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -153,6 +159,9 @@ class CostEntry(models.Model):
     cache_write_5m_tokens = models.PositiveIntegerField(default=0)
     cache_write_1h_tokens = models.PositiveIntegerField(default=0)
     cache_read_tokens = models.PositiveIntegerField(default=0)
+    web_search_requests = models.PositiveIntegerField(
+        default=0, help_text="Searches the web search server tool made (billed per search)."
+    )
     cost_usd = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal("0"))
     is_estimated = models.BooleanField(
         default=False, help_text="Upper-bound estimate: the provider may or may not have billed it."

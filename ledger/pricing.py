@@ -90,13 +90,19 @@ counted as text besides), a tool call's name and id, a tool result (an allowance
 
 
 def attempt_cost(price: ModelPrice, usage: dict[str, int], *, batch: bool = False) -> Decimal:
+    """Tokens x rate / 1e6 per token kind, plus the server tools' per-use fees (a web search)."""
     total = sum(
         (Decimal(usage.get(kind, 0)) * getattr(price, rate) for kind, rate in TOKEN_KINDS.items()),
         Decimal(0),
     )
     if batch:
         total *= Decimal(1) - price.batch_discount
+    total += _server_tool_fees(price, usage) * MILLION
     return (total / MILLION).quantize(MICRO_USD, rounding=ROUND_HALF_UP)
+
+
+def _server_tool_fees(price: ModelPrice, usage: dict[str, int]) -> Decimal:
+    return Decimal(usage.get("web_search_requests", 0)) * price.web_search_per_request
 
 
 def _utf8_bytes(value: Any) -> int:
@@ -217,12 +223,13 @@ def broken_stream_cost(
     never got that far; the input is then bounded as in ``upper_bound_cost``. ``output_tokens``:
     the bound on its output (``max_tokens`` when nothing bounds it better). The cost is the
     usage's at the attempt's rates, rounded up."""
-    booked = {kind: int(usage.get(kind, 0)) for kind in TOKEN_KINDS}
+    booked = {kind: int(usage.get(kind, 0)) for kind in (*TOKEN_KINDS, "web_search_requests")}
     booked["output_tokens"] = max(booked["output_tokens"], output_tokens)
     total = sum(
         (Decimal(booked[kind]) * getattr(price, rate) for kind, rate in TOKEN_KINDS.items()),
         Decimal(0),
     )
+    total += _server_tool_fees(price, booked) * MILLION
     if not usage:
         input_rate = max(
             price.input_per_mtok, price.cache_write_5m_per_mtok, price.cache_write_1h_per_mtok

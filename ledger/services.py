@@ -196,5 +196,6 @@ def _usage_fields(usage: dict[str, int]) -> dict[str, int]:
             "cache_write_5m_tokens",
             "cache_write_1h_tokens",
             "cache_read_tokens",
+            "web_search_requests",
         )
     }

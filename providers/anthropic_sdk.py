@@ -190,7 +190,11 @@ def _usage(usage: Any) -> dict[str, int]:
     one_hour = (
         (getattr(cache_creation, "ephemeral_1h_input_tokens", 0) or 0) if cache_creation else 0
     )
+    server_tools = getattr(usage, "server_tool_use", None)
     return {
+        "web_search_requests": (getattr(server_tools, "web_search_requests", 0) or 0)
+        if server_tools
+        else 0,
         "input_tokens": usage.input_tokens or 0,
         "output_tokens": usage.output_tokens or 0,
         # Without the split, the provider wrote with its default ttl of five minutes.

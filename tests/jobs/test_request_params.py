@@ -4,11 +4,14 @@ top_k, thinking): each bad value answers 400 with its code and field and writes 
 ones reach the fake provider unchanged through real workers, and the answer's content blocks
 (a tool call, a thinking block) come back in ``output.content``; tools count in the cost bound."""
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from jobs.models import LlmJob
+from ledger.models import CostEntry
+from ledger.pricing import attempt_cost
 from ledger.services import job_upper_bound_cost
 from tests.conftest import job_body, submit
 
@@ -83,6 +86,33 @@ def test_a_tool_call_comes_back_as_a_tool_use_block(alice_client, workers, fake_
     assert call["type"] == "tool_use" and call["name"] == "lookup_order"
     assert call["input"] == {"number": 7} and call["id"].startswith("toolu_")
     assert output["text"] == "I will call lookup_order."
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("prices")
+def test_a_web_search_is_passed_through_and_billed_at_its_price(
+    alice_client, workers, fake_provider
+):
+    """A server tool runs at the provider: its blocks come back in ``output.content`` and each
+    search is booked at the price's fee ($10 per 1,000), so the ledger equals the bill."""
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+    job = submit(
+        alice_client,
+        messages=[{"role": "user", "content": "Search the web for the refund policy."}],
+        tools=[search],
+    )
+    workers.drain()
+    shown = alice_client.get(f"/api/v1/jobs/{job.id}/").json()
+    assert shown["status"] == "completed", shown
+    kinds = [block["type"] for block in shown["output"]["content"]]
+    assert kinds == ["server_tool_use", "web_search_tool_result", "text"]
+    (entry,) = CostEntry.objects.filter(job=job)
+    assert entry.web_search_requests == 1
+    (call,) = fake_provider.http.get("/_fake/billing").json()["calls"]
+    assert entry.cost_usd == Decimal(call["cost_usd"])
+    tokens_only = attempt_cost(entry.price, {"input_tokens": entry.input_tokens,
+                                             "output_tokens": entry.output_tokens})  # fmt: skip
+    assert entry.cost_usd - tokens_only == Decimal("0.01")
 
 
 @pytest.mark.django_db(transaction=True)
