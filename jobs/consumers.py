@@ -231,6 +231,15 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         if len(self.deltas) > _DELTA_JOBS_KEPT:
             self.deltas.pop(next(iter(self.deltas)))
 
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        """The socket is server-to-client only: what a client sends is ignored, never decoded.
+        One over WS_MAX_MESSAGE_BYTES (which uvicorn already refuses, llmops/web.py) closes it."""
+        size = len(text_data.encode()) if text_data is not None else len(bytes_data or b"")
+        if size > settings.WS_MAX_MESSAGE_BYTES:
+            await self.close(code=CLOSE_MESSAGE_TOO_BIG)
+
     async def job_updated(self, message: dict[str, Any]) -> None:
         job = message["job"]
         if job.get("status") in LlmJob.FINAL_STATUSES:

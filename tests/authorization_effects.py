@@ -52,6 +52,14 @@ def _failed_job(world: World) -> LlmJob:
     return job
 
 
+def _running_job(world: World) -> LlmJob:
+    """A job its worker runs: the cancel action marks it for the worker to end."""
+    job = _failed_job(world)
+    LlmJob.objects.filter(id=job.id).update(status=LlmJob.Status.RUNNING)
+    job.refresh_from_db()
+    return job
+
+
 def _failure(world: World) -> FailureRecord:
     with transaction.atomic():
         return failure_record_create(
@@ -122,6 +130,10 @@ ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
     ("pipelines.Pipeline", "cancel_pipelines"): (
         _pipeline,
         _state(Pipeline, "cancelled", "status"),
+    ),
+    ("jobs.LlmJob", "cancel_jobs"): (
+        _running_job,
+        lambda world, job: LlmJob.objects.get(pk=job.pk).cancel_requested_at is not None,
     ),
     ("jobs.LlmJob", "delete_selected"): (_failed_job, _gone(LlmJob)),
     ("jobs.ProviderBreaker", "delete_selected"): (_open_breaker, _gone(ProviderBreaker)),

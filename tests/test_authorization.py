@@ -271,6 +271,7 @@ TABLE: list[Door] = [
     D("action", "dlq.FailureRecord resolve", "dlq.resolve_failurerecord", "refused", "refused", "refused", "refused", "done", has="dlq.view_failurerecord"),
     D("action", "dlq.FailureRecord ignore", "dlq.ignore_failurerecord", "refused", "refused", "refused", "refused", "done", has="dlq.view_failurerecord"),
     D("action", "dlq.FailureRecord requeue_matching", "dlq.requeue_matching_failurerecord", "refused", "refused", "refused", "refused", "done", has="dlq.view_failurerecord"),
+    D("action", "jobs.LlmJob cancel_jobs", "jobs.change_llmjob", "refused", "refused", "refused", "refused", "done", has="jobs.view_llmjob"),
     D("action", "jobs.ProviderBreaker close_breaker", "jobs.close_providerbreaker", "refused", "refused", "refused", "refused", "done", has="jobs.view_providerbreaker"),
     D("action", "batches.Batch cancel_batches", "batches.cancel_batch", "refused", "refused", "refused", "refused", "done", has="batches.view_batch"),
     D("action", "pipelines.Pipeline cancel_pipelines", "pipelines.cancel_pipeline", "refused", "refused", "refused", "refused", "done", has="pipelines.view_pipeline"),

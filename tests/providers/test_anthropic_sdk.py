@@ -119,6 +119,7 @@ def test_it_sends_the_job_id_as_idempotency_key_and_the_body_as_given(recorder):
         "cache_write_5m_tokens": 10,
         "cache_write_1h_tokens": 20,
         "cache_read_tokens": 0,
+        "web_search_requests": 0,
     }
 
 
