@@ -344,7 +344,7 @@ def _attempt(
                 job, provider, deadline, record, heartbeat, live, probe=probe, grant=grant
             )
         finally:
-            if live.events or deadline.cancelled:
+            if live.kept or deadline.cancelled:  # it wrote the keys (or a cancel key may exist)
                 live_keys_clear(job.id)
 
 

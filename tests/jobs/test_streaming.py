@@ -57,6 +57,10 @@ def test_a_40000_token_generation_completes_in_one_call_and_the_ledger_equals_th
     (entry,) = entries(job)
     assert entry.outcome == "success" and not entry.is_estimated
     assert entry.cost_usd == Decimal(call["cost_usd"]) == job.cost_usd
+    # The partial text kept while it ran is gone once it ended.
+    from jobs.live_output import partial_text
+
+    assert partial_text(job.id) is None
 
 
 @pytest.mark.django_db(transaction=True)
