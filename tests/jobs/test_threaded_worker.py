@@ -83,14 +83,16 @@ def the_worker() -> Any:
     return workers[0] if len(workers) == 1 else None
 
 
-def other_database_connections() -> list[int]:
-    """Server connections to the test database other than this test's own: the worker's."""
+def other_database_connections(before: frozenset[int] = frozenset()) -> list[int]:
+    """Server connections to the test database other than this test's own: the worker's.
+    ``before``: those open before the worker started (a process of an earlier test on this
+    test database still closing), left out."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> CONNECTION_ID()",
             [connection.settings_dict["NAME"]],
         )
-        return [int(row[0]) for row in cursor.fetchall()]
+        return [int(row[0]) for row in cursor.fetchall() if int(row[0]) not in before]
 
 
 def statuses(jobs: list[LlmJob]) -> list[str]:
@@ -120,6 +122,7 @@ def test_calls_in_flight_keep_their_locks_registries_heartbeats_and_one_ledger_r
     jobs = [
         submit(alice_client, messages=[{"role": "user", "content": f"n {i}"}]) for i in range(8)
     ]
+    before = frozenset(other_database_connections())
     threaded_worker(processes, fake_provider, 8, "--with-scheduler", LLM_WORKER_DB_CONNECTIONS="3")
     wait_for(
         lambda: requests_seen(fake_provider) == 8 and set(statuses(jobs)) == {"running"},
@@ -146,7 +149,7 @@ def test_calls_in_flight_keep_their_locks_registries_heartbeats_and_one_ledger_r
         # the loop's check and the look has rightly let its lock go).
         if set(statuses(jobs)) == {"running"}:
             locked.append(held)
-        connections_open.append(len(other_database_connections()))
+        connections_open.append(len(other_database_connections(before)))
         executions.append({e.job_id for e in worker.get_current_executions(refresh=True)})
         time.sleep(0.3)
     wait_for(
@@ -194,7 +197,7 @@ def test_calls_in_flight_keep_their_locks_registries_heartbeats_and_one_ledger_r
     assert worker.get_current_executions(refresh=True) == []
     # Each job's thread closed its connections when its job ended.
     wait_for(
-        lambda: other_database_connections() == [],
+        lambda: other_database_connections(before) == [],
         timeout=5,
         what="the worker's connections to close",
     )
@@ -207,11 +210,12 @@ def test_each_job_thread_has_its_own_connection_and_the_process_at_most_its_slot
     probes = [
         queue.enqueue("tests.jobs.worker_probes.hold_a_database_connection", 1.0) for _ in range(6)
     ]
+    before = frozenset(other_database_connections())
     threaded_worker(processes, fake_provider, 6, LLM_WORKER_DB_CONNECTIONS="2")
     seen: list[int] = []
     started: list[int] = []
     while not all(probe.get_status(refresh=True) == JobStatus.FINISHED for probe in probes):
-        seen.append(len(other_database_connections()))
+        seen.append(len(other_database_connections(before)))
         started.append(queue.started_job_registry.get_job_count(cleanup=False))
         assert len(seen) < 200, processes.logs()
         time.sleep(0.1)
@@ -224,7 +228,7 @@ def test_each_job_thread_has_its_own_connection_and_the_process_at_most_its_slot
     # ... but never more than two connections open: the other threads waited for a slot.
     assert max(seen) <= 2 and max(r["slots_in_use"] for r in results) <= 2, (seen, results)
     # Each job's connection closed at its end.
-    open_now = set(other_database_connections())
+    open_now = set(other_database_connections(before))
     assert not open_now & {r["connection_id"] for r in results}
 
 
