@@ -141,16 +141,24 @@ def test_calls_in_flight_keep_their_locks_registries_heartbeats_and_one_ledger_r
     recovered, started_counts, locked, connections_open, executions = [], [], [], [], []
     scores = first_scores
     while set(statuses(jobs)) == {"running"}:
-        scores = dict(redis.zrange(queue.started_job_registry.key, 0, -1, withscores=True))
+        look_scores = dict(redis.zrange(queue.started_job_registry.key, 0, -1, withscores=True))
+        # A recovery is wrong whenever it happens: counted at every look.
         recovered.append(reconcile_jobs().recovered_stale)
-        started_counts.append(queue.started_job_registry.get_job_count(cleanup=False))
-        held = all(redis.exists(job_lock_key(job.id)) for job in jobs)
-        # Counted only if every job still runs after the look (a job that completed between
-        # the loop's check and the look has rightly let its lock go).
-        if set(statuses(jobs)) == {"running"}:
-            locked.append(held)
-        connections_open.append(len(other_database_connections(before)))
-        executions.append({e.job_id for e in worker.get_current_executions(refresh=True)})
+        look = (
+            queue.started_job_registry.get_job_count(cleanup=False),
+            all(redis.exists(job_lock_key(job.id)) for job in jobs),
+            len(other_database_connections(before)),
+            {e.job_id for e in worker.get_current_executions(refresh=True)},
+        )
+        # The rest only if every job still runs after the look: one that completed between the
+        # loop's check and the look has rightly left the registry, its lock and its execution.
+        if set(statuses(jobs)) != {"running"}:
+            break
+        scores = look_scores
+        started_counts.append(look[0])
+        locked.append(look[1])
+        connections_open.append(look[2])
+        executions.append(look[3])
         time.sleep(0.3)
     wait_for(
         lambda: set(statuses(jobs)) == {"completed"},
