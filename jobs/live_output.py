@@ -37,6 +37,7 @@ __all__ = [
     "live_keys_clear",
     "partial_text",
     "partial_text_clear",
+    "running_text",
 ]
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,13 @@ def partial_text(job_id: object) -> tuple[int, str] | None:
     if attempt is None:
         return None
     return int(attempt), (text or b"").decode("utf-8", errors="replace")
+
+
+def running_text(job_id: object, attempt: int) -> str:
+    """What the running ``attempt`` of the job has streamed so far ("" when nothing is kept for
+    it: not started, an earlier attempt's, or Redis away)."""
+    kept = partial_text(job_id)
+    return kept[1] if kept is not None and kept[0] == attempt else ""
 
 
 def partial_text_clear(job_id: object) -> None:

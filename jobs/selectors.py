@@ -74,10 +74,9 @@ def job_output(job: LlmJob, *, partial: bool = False) -> dict[str, Any] | None:
     block (a job completed before blocks were kept shows its text as one block). With
     ``partial``, a running job shows the text its attempt has streamed so far (from Redis)."""
     if partial and job.status == LlmJob.Status.RUNNING:
-        from jobs.live_output import partial_text
+        from jobs.live_output import running_text
 
-        kept = partial_text(job.id)
-        text = kept[1] if kept is not None and kept[0] == job.attempts else ""
+        text = running_text(job.id, job.attempts)
         return {"text": None, "stop_reason": None, "content": [], "partial_text": text}
     if job.output_text is None:
         return None

@@ -324,6 +324,21 @@ def job_claim(
 
 # --- End of an attempt --------------------------------------------------------------------------
 
+_ENDED_WITH_OUTPUT = [
+    "status",
+    "completed_at",
+    "next_attempt_at",
+    "output_text",
+    "output_content",
+    "stop_reason",
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "cost_usd",
+]
+"""What a job that ends with an answer (whole, or cut short by a cancel) writes."""
+
 
 @transaction.atomic
 def job_complete(*, job_id: uuid.UUID, attempt: int, result: SuccessResult) -> LlmJob | None:
@@ -380,18 +395,8 @@ def job_complete(*, job_id: uuid.UUID, attempt: int, result: SuccessResult) -> L
     job.error_code, job.error_http_status, job.error_message, job.error_severity = "", None, "", ""
     job.save(
         update_fields=[
-            "status",
-            "completed_at",
-            "next_attempt_at",
+            *_ENDED_WITH_OUTPUT,
             "rq_job_id",
-            "output_text",
-            "output_content",
-            "stop_reason",
-            "input_tokens",
-            "output_tokens",
-            "cache_creation_input_tokens",
-            "cache_read_input_tokens",
-            "cost_usd",
             "error_code",
             "error_http_status",
             "error_message",
@@ -683,21 +688,7 @@ def job_cancel_running(
         job.cache_creation_input_tokens = entry.cache_creation_input_tokens
         job.cache_read_input_tokens = entry.cache_read_tokens
     job.cost_usd = job.cost_usd + entry.cost_usd
-    job.save(
-        update_fields=[
-            "status",
-            "completed_at",
-            "next_attempt_at",
-            "output_text",
-            "output_content",
-            "stop_reason",
-            "input_tokens",
-            "output_tokens",
-            "cache_creation_input_tokens",
-            "cache_read_input_tokens",
-            "cost_usd",
-        ]
-    )
+    job.save(update_fields=_ENDED_WITH_OUTPUT)
     transition_committed(job, Transition.CANCELLED)
     return job
 
