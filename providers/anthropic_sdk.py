@@ -1,4 +1,8 @@
-"""The Anthropic provider: one streamed Messages API call through the official anthropic SDK.
+"""The Anthropic SDK boundary: one streamed Messages API call through the official anthropic SDK.
+
+Only ``providers/anthropic_api.py`` imports this module, when a call is made or a worker warms
+up: the SDK takes about two seconds of CPU to import, which no web process, loop or fake
+provider should pay at start.
 
 The SDK never retries (``max_retries=0``): retries are ours (jobs/retry_policy.py). The call
 reports what it observed as a ``ProviderOutcome``; it never raises for provider trouble.
@@ -14,7 +18,6 @@ import anthropic
 import httpx2
 from django.conf import settings
 
-from providers import limits
 from providers.base import (
     ProviderOutcome,
     ProviderRequest,
@@ -24,35 +27,12 @@ from providers.base import (
 from providers.call_deadline import CallDeadline, install
 from providers.ratelimit_headers import rate_limit_headers, retry_after_seconds
 
-__all__ = ["AnthropicProvider", "get_client", "warm_up"]
+__all__ = ["call", "get_client", "warm_up"]
 
 logger = logging.getLogger(__name__)
 
 # The key for the local fake provider; it only checks that some key is present.
 FAKE_PROVIDER_KEY = "fake-local-key"
-
-
-class AnthropicProvider:
-    """The Messages API (``ANTHROPIC_BASE_URL``: the real one, or the fake provider)."""
-
-    name = "anthropic"
-
-    def call(self, request: ProviderRequest) -> ProviderOutcome:
-        """One streamed Messages API call; with a ``deadline``, it ends by then whatever the
-        provider sends, or at once when cancelled (providers/call_deadline.py)."""
-        if request.deadline is None:
-            return _call(request)
-        with request.deadline:
-            return _call(request)
-
-    def warm_up(self) -> None:
-        warm_up()
-
-    def read_timeout_for(self, max_tokens: int) -> float:
-        return limits.read_timeout_for(max_tokens)
-
-    def call_deadline_for(self, max_tokens: int) -> float:
-        return limits.call_deadline_for(max_tokens)
 
 
 @functools.lru_cache(maxsize=8)
@@ -320,6 +300,15 @@ def _delta_bytes(delta: Any) -> int:
     if kind == "input_json_delta":
         return len(delta.partial_json.encode())
     return 0
+
+
+def call(request: ProviderRequest) -> ProviderOutcome:
+    """One streamed Messages API call; with a ``deadline``, it ends by then whatever the
+    provider sends, or at once when cancelled (providers/call_deadline.py)."""
+    if request.deadline is None:
+        return _call(request)
+    with request.deadline:
+        return _call(request)
 
 
 def _call(request: ProviderRequest) -> ProviderOutcome:

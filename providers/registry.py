@@ -2,7 +2,7 @@
 
 import functools
 
-from providers.anthropic_sdk import AnthropicProvider
+from providers.anthropic_api import AnthropicProvider
 from providers.base import Provider
 
 __all__ = ["get_provider", "provider_for"]

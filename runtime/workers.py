@@ -28,8 +28,8 @@ __all__ = [
 ]
 
 # Task modules imported once in the worker's main process, so that each forked work horse
-# inherits them: importing the anthropic SDK alone takes about a second, which a fresh import
-# in every fork would add to every job.
+# inherits them (and, on the llm queue, the provider's SDK: see ``warm_up``), instead of a fresh
+# import in every fork adding to every job.
 PRELOADED_TASK_MODULES = ("jobs.tasks", "alerts.tasks", "dlq.tasks")
 
 
@@ -38,9 +38,11 @@ class PreloadingWorker(Worker):
         lower_cpu_priority()
         for module in PRELOADED_TASK_MODULES:
             importlib.import_module(module)
-        from providers.registry import get_provider
+        if LLM_QUEUE in _queue_names(args[0] if args else kwargs.get("queues", ())):
+            # Only a worker that makes provider calls loads the SDK (about two seconds of CPU).
+            from providers.registry import get_provider
 
-        get_provider().warm_up()
+            get_provider().warm_up()
         super().__init__(*args, **kwargs)
         named_once(self.connection)  # a work horse opens its own connections for every job
 
@@ -52,10 +54,13 @@ def lower_cpu_priority() -> None:
         os.nice(settings.WORKER_NICE - os.getpriority(os.PRIO_PROCESS, 0))
 
 
+def _queue_names(queues: Iterable[Any] | str) -> list[str]:
+    return [queues] if isinstance(queues, str) else [getattr(q, "name", q) for q in queues]
+
+
 def runs_on_threads(queues: Iterable[Any] | str) -> bool:
     """Whether a worker on these queues (names or Queue objects) runs its jobs on threads."""
-    names = [queues] if isinstance(queues, str) else [getattr(q, "name", q) for q in queues]
-    return names == [LLM_QUEUE] and settings.LLM_WORKER_CONCURRENCY > 1
+    return _queue_names(queues) == [LLM_QUEUE] and settings.LLM_WORKER_CONCURRENCY > 1
 
 
 class LlmWorker(PreloadingWorker):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.anthropic_sdk import AnthropicProvider
+from providers.anthropic_api import AnthropicProvider
 from providers.base import Provider
 from providers.errors import REASONS, failure_reason
 from providers.registry import get_provider, provider_for

@@ -1,0 +1,36 @@
+"""The Anthropic provider: the Messages API (``ANTHROPIC_BASE_URL``: the real one, or the fake
+provider), its limits, and its call through the official SDK (providers/anthropic_sdk.py).
+
+The SDK is imported on the first call or warm-up, not with this module: every process builds
+the provider (a submit reads its limits for the job's timeout), and importing the SDK costs
+about two seconds of CPU that only the llm worker needs to spend.
+"""
+
+from providers import limits
+from providers.base import ProviderOutcome, ProviderRequest
+
+__all__ = ["AnthropicProvider"]
+
+
+class AnthropicProvider:
+    """The Messages API, one streamed call per attempt."""
+
+    name = "anthropic"
+
+    def call(self, request: ProviderRequest) -> ProviderOutcome:
+        """One streamed Messages API call; with a ``deadline``, it ends by then whatever the
+        provider sends, or at once when cancelled (providers/call_deadline.py)."""
+        from providers import anthropic_sdk
+
+        return anthropic_sdk.call(request)
+
+    def warm_up(self) -> None:
+        from providers import anthropic_sdk
+
+        anthropic_sdk.warm_up()
+
+    def read_timeout_for(self, max_tokens: int) -> float:
+        return limits.read_timeout_for(max_tokens)
+
+    def call_deadline_for(self, max_tokens: int) -> float:
+        return limits.call_deadline_for(max_tokens)
