@@ -332,6 +332,9 @@ def _attempt(
 ) -> str:
     release_connection()  # no connection is held while the provider answers
     provider = provider_for(job.model)
+    # Its SDK loaded before the deadline starts: a worker that did not warm up (a plain
+    # SimpleWorker) pays for it once, outside any call's time.
+    provider.warm_up()
     deadline = CallDeadline(provider.call_deadline_for(job.max_tokens))
     record = _RecordWindow(job=job, started=time.monotonic() if started is None else started)
     live = LiveOutput(job_id=job.id, user_id=job.user_id, attempt=job.attempts)

@@ -70,8 +70,10 @@ _WARM_UP_ANSWER = {
 }
 
 
+@functools.cache
 def warm_up() -> None:
-    """Build, once in a worker's main process, what every call would otherwise build first.
+    """Build, once in a worker's main process, what every call would otherwise build first
+    (once per process: a forked work horse inherits it done).
 
     Each job of a forking worker runs in a work horse that inherits it; built there instead, it
     is paid by every job again. The client and its TLS context; the pydantic adapters the SDK

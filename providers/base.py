@@ -113,7 +113,8 @@ class Provider(Protocol):
         ...
 
     def warm_up(self) -> None:
-        """Build, once in a worker's main process, what every call would otherwise build."""
+        """Build, once in a worker's main process, what every call would otherwise build.
+        Called again (before every call), it does nothing."""
         ...
 
     def read_timeout_for(self, max_tokens: int) -> float:

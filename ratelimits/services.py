@@ -74,12 +74,14 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
     provider, model = PROVIDER, job.model
     if not settings.LLM_RATE_LIMIT_ENABLED:
         return RateLimitGrant(provider, model, None)
-    configured = configured_limits(provider=provider, model=model)
     reservation_id = f"{job.id}:{attempt}"
     input_bound = estimate_input_tokens(messages=job.messages, system=job.system)
     started = time.monotonic()
     deadline = started + settings.LLM_RATE_LIMIT_MAX_WAIT_SECONDS
     while True:
+        # Read again at every ask: a wait must end as soon as staff remove or raise the limit
+        # that made it (within the config cache's period), not last as long as that limit said.
+        configured = configured_limits(provider=provider, model=model)
         try:
             verdict = limiter_reserve(
                 provider=provider,
@@ -112,8 +114,12 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
             # No database connection (and so no slot of a threaded worker's few) is held while
             # this thread sleeps: the threads recording answers and heartbeats need them.
             release_connection()
-            # A little jitter: threads that wait for the same slot do not all ask at once.
-            time.sleep(verdict.ms / 1000 + random.uniform(0, 0.02))
+            # A little jitter: threads that wait for the same slot do not all ask at once. No
+            # sleep outlasts the config cache's period: a removed limit ends the wait by then.
+            sleep = verdict.ms / 1000
+            if configured.any:
+                sleep = min(sleep, max(0.05, settings.LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS))
+            time.sleep(sleep + random.uniform(0, 0.02))
             continue
         hold = verdict.ms / 1000 + random.uniform(0, 0.05)
         return RateLimitGrant(provider, model, None, hold, verdict.reason, waited)

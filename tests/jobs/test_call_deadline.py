@@ -97,6 +97,7 @@ def test_a_trickling_answer_never_trips_the_read_timeout_but_ends_at_the_deadlin
     fake_provider, short_deadline
 ):
     fake_provider.faults({"trickle": 1.0})
+    get_provider().warm_up()  # as the runner does before it starts a deadline
     started = time.monotonic()
     outcome = get_provider().call(
         ProviderRequest(
@@ -119,6 +120,7 @@ def test_a_trickling_answer_never_trips_the_read_timeout_but_ends_at_the_deadlin
 def test_a_cut_from_another_thread_ends_a_blocked_read_at_once(fake_provider, short_deadline):
     """The backstop the heartbeat uses: shutting the call's sockets down from another thread."""
     fake_provider.faults({"trickle": 1.0})
+    get_provider().warm_up()
     deadline = CallDeadline(60.0)
     outcomes: list[ProviderOutcome] = []
     call = threading.Thread(

@@ -265,6 +265,7 @@ def test_the_worker_stops_reading_when_cancelled_from_another_thread(fake_provid
         deadline=deadline,
         on_text=pieces.append,
     )
+    get_provider().warm_up()  # as the runner does before it starts a deadline
     threading.Timer(1.5, deadline.cancel).start()
     started = time.monotonic()
     outcome = get_provider().call(request)

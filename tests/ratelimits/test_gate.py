@@ -2,15 +2,18 @@
 job back on the queue (job_hold) with no attempt used and no call made; a budget refusal gives
 the slot back. Against the real Redis, MariaDB, an RQ worker and the fake provider."""
 
+import threading
 import time
 
 import django_rq
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from jobs.models import LlmJob
 from ledger.models import Budget, CostEntry
 from llmops.queues import LLM_QUEUE
+from ratelimits.limiter import limiter_settle
 from tests.conftest import submit
 from tests.ratelimits.conftest import reserve
 
@@ -104,3 +107,43 @@ def test_a_job_of_a_priority_feature_goes_to_the_front_of_the_queue(alice_client
     queue = django_rq.get_queue(LLM_QUEUE)
     assert queue.get_job_ids()[0] == urgent.rq_job_id
     assert queue.get_job_ids()[1:] == [job.rq_job_id for job in batch]
+
+
+def test_a_wait_in_the_worker_ends_soon_after_staff_remove_the_limit(
+    alice_client, workers, fake_provider, settings
+):
+    """The chaos drill's fault: threads waiting on the limiter in process kept the limit they
+    started under for their whole wait (up to LLM_RATE_LIMIT_MAX_WAIT_SECONDS), so removing it
+    released nobody. Each ask reads the configured limits again, and no sleep outlasts the
+    config cache's period."""
+    from ratelimits.models import RateLimit
+    from ratelimits.services import rate_limit_save
+
+    settings.LLM_RATE_LIMIT_WINDOW_SECONDS = 30.0  # a full window frees in 30 s...
+    settings.LLM_RATE_LIMIT_MAX_WAIT_SECONDS = 60.0  # ...which the worker would wait in process
+    settings.LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS = 0.5
+    settings.LLM_RATE_LIMIT_BURST_SECONDS = 30.0  # no pacing: the window's count decides
+    row = rate_limit_save(
+        rate_limit=RateLimit(provider="anthropic", model="claude-sonnet-4-6", rpm=2, enabled=True)
+    )
+    for _ in range(2):  # two calls answered: the window is full for 30 s
+        _verdict, reservation = reserve(rpm=2)
+        limiter_settle(provider="anthropic", model="claude-sonnet-4-6", reservation_id=reservation)
+    job = submit(alice_client)
+
+    def staff_remove_the_limit() -> None:
+        # From another process's point of view: this process's cache is not cleared at once
+        # (rate_limit_delete would), only its period lets the change in.
+        time.sleep(1.5)
+        assert fake_provider.stats()["requests"] == 0  # the job still waits for its slot
+        RateLimit.objects.filter(id=row.id).delete()
+        connection.close()
+
+    remover = threading.Thread(target=staff_remove_the_limit)
+    started = time.monotonic()
+    remover.start()
+    workers.work_once()
+    remover.join(timeout=10)
+    job.refresh_from_db()
+    assert job.status == "completed" and job.attempts == 1
+    assert time.monotonic() - started < 6  # not the 30 s the removed limit asked for
