@@ -128,6 +128,17 @@ def redis_clean(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def fresh_channel_layer() -> Iterator[None]:
+    """Each test gets channel-layer instances of its own: channels-redis binds its receive locks
+    to the event loop that first used them, so a receive one test's loop left behind (cut off
+    by a timeout) would otherwise block, or fail, every later socket of this worker."""
+    yield
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+
+
+@pytest.fixture(autouse=True)
 def fast_settings(settings: Any) -> None:
     # Real schedules, compressed in time; tests that check delays set the scale back to 1.
     settings.LLM_RETRY_DELAY_SCALE = 0.001
