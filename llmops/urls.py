@@ -30,6 +30,7 @@ urlpatterns = [
     path("api/v1/costs/", include("ledger.urls")),
     path("api/v1/batches/", include("batches.urls")),
     path("api/v1/pipelines/", include("pipelines.urls")),
+    path("api/v1/agent-runs/", include("agents.urls")),
     # Before django-rq's own URLs: its metrics endpoint is served with /metrics, under one
     # protection (metrics/access.py).
     path("", include("metrics.urls")),
