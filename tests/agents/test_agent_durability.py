@@ -18,7 +18,7 @@ from llmops.queues import DEFAULT_QUEUE, LLM_QUEUE
 from tests.agents.conftest import TEST_TOOL_MODULES, call, detail, run_body, start_run, wait_for
 from tests.agents.tools import calls
 from tests.jobs.test_reconciler import kill_process_tree
-from tests.jobs.test_takeover import Processes, processes, worker_env  # noqa: F401 (fixture)
+from tests.jobs.test_takeover import processes, worker_env  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
@@ -47,8 +47,8 @@ def test_a_worker_killed_during_a_tool_call_the_run_completes_and_completed_call
     alice_client,
     agent_workers,
     fake_provider,
-    processes,
-    quick_recovery,  # noqa: F811
+    processes,  # noqa: F811
+    quick_recovery,
 ):
     body = run_body([call("add", a=1, b=2), call("slow_effect", seconds=3)], "done")
     run = start_run(alice_client, body)
@@ -86,8 +86,8 @@ def test_a_worker_killed_during_a_model_turn_the_run_completes_and_recorded_turn
     alice_client,
     agent_workers,
     fake_provider,
-    processes,
-    quick_recovery,  # noqa: F811
+    processes,  # noqa: F811
+    quick_recovery,
 ):
     run = start_run(alice_client, run_body([call("add", a=2, b=3)], [call("echo")], "done"))
     agent_workers.llm.work_once()  # turn 1 recorded
