@@ -55,6 +55,13 @@ def transcript(
     return result
 
 
+def _as_blocks(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return {**message, "content": [{"type": "text", "text": content}]}
+    return message
+
+
 def _mark_last_block(message: dict[str, Any]) -> dict[str, Any]:
     content = message.get("content")
     if isinstance(content, str):
@@ -73,7 +80,9 @@ def turn_messages(
     *, messages: list[dict[str, Any]], steps: Sequence[AgentStep]
 ) -> list[dict[str, Any]]:
     """The next turn's messages: the transcript with its two cache breakpoints."""
-    full = transcript(messages=messages, steps=steps)
+    # Text blocks, not strings: every turn then sends the same prefix, byte for byte, with or
+    # without a breakpoint on a message (the cache matches exact prefixes).
+    full = [_as_blocks(m) for m in transcript(messages=messages, steps=steps)]
     previous_end = len(full) - 3  # the previous prompt ended before its answer and results
     marked = list(full)
     if previous_end >= len(messages) - 1 and previous_end >= 0:
