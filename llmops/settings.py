@@ -181,6 +181,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "jobs.models.LlmJob.Status",
         "BatchStatusEnum": "batches.models.Batch.Status",
+        "AgentRunStatusEnum": "agents.models.AgentRun.Status",
+        "AgentStepStatusEnum": "agents.models.AgentStep.Status",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
