@@ -66,25 +66,29 @@ def agent_tools_enqueue(*, run_id: uuid.UUID) -> str | None:
 
 def _run_one(step_id: int) -> bool:
     """Claim, call and record one tool call; False when another copy has it (or had it)."""
+    name = AgentStep.objects.filter(id=step_id).values_list("name", flat=True).first()
+    tool = registered_tool(name or "")
+    timeout = tool.timeout if tool else DEFAULT_TIMEOUT
+    step = agent_step_claim(step_id=step_id, lease_seconds=timeout + LEASE_MARGIN_SECONDS)
+    if step is None:
+        return False
+    outcome = tool_call(name=step.name, tool_input=step.input, call_id=step.call_id)
+    recorded = agent_step_record(step_id=step.id, attempt=step.attempts, outcome=outcome)
+    logger.info(
+        "agent run %s: tool %s (%s) %s%s",
+        step.run_id,
+        step.name,
+        step.call_id,
+        "failed" if outcome.is_error else "completed",
+        "" if recorded else " (not recorded: its lease had lapsed)",
+        extra={"agent_run_id": str(step.run_id)},
+    )
+    return recorded
+
+
+def _run_one_in_pool(step_id: int) -> bool:
     try:
-        name = AgentStep.objects.filter(id=step_id).values_list("name", flat=True).first()
-        tool = registered_tool(name or "")
-        timeout = tool.timeout if tool else DEFAULT_TIMEOUT
-        step = agent_step_claim(step_id=step_id, lease_seconds=timeout + LEASE_MARGIN_SECONDS)
-        if step is None:
-            return False
-        outcome = tool_call(name=step.name, tool_input=step.input, call_id=step.call_id)
-        recorded = agent_step_record(step_id=step.id, attempt=step.attempts, outcome=outcome)
-        logger.info(
-            "agent run %s: tool %s (%s) %s%s",
-            step.run_id,
-            step.name,
-            step.call_id,
-            "failed" if outcome.is_error else "completed",
-            "" if recorded else " (not recorded: its lease had lapsed)",
-            extra={"agent_run_id": str(step.run_id)},
-        )
-        return recorded
+        return _run_one(step_id)
     finally:
         connections.close_all()  # this thread's own connection
 
@@ -103,9 +107,11 @@ def agent_tools_run(*, run_id: uuid.UUID) -> str:
         .values_list("id", flat=True)
     )
     ran = 0
-    if pending:
+    if len(pending) == 1:
+        ran = int(_run_one(pending[0]))  # one call: no thread, no second connection
+    elif pending:
         workers = min(settings.LLM_AGENT_TOOL_CONCURRENCY, len(pending))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent-tool") as pool:
-            ran = sum(pool.map(_run_one, pending))
+            ran = sum(pool.map(_run_one_in_pool, pending))
     advanced = agent_run_advance(run_id=run_id)
     return f"{ran} tool calls recorded; next turn {'submitted' if advanced else 'not yet'}"

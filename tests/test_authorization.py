@@ -113,6 +113,7 @@ TABLE: list[Door] = [
     D("page", "GET /", "", 200, 200, 200, 200, 200),  # the home page: links only
     D("page", "GET /api/v1/no-such-thing/", "", 404, 404, 404, 404, 404),  # the JSON 404
     D("page", "GET /live/", "", 200, 200, L, 200, 200),
+    D("page", "GET /live/agents/", "", 200, 200, L, 200, 200),
     D("api", "POST /live/fault-jobs/", "", 404, 404, 401, 404, 404),  # the fault picker: DEBUG only
     # --- metrics: the scrape token (or an allowed network), never a session -------------------
     D("page", "GET /metrics", "METRICS_TOKEN", 401, 401, 401, 401, 200),
