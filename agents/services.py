@@ -222,6 +222,7 @@ def _submit_turn(
         run.status = AgentRun.Status.RUNNING
     run.save(update_fields=["turns", "status", "updated_at"])
     events.publish_step_on_commit(run, step)
+    events.publish_run_on_commit(run)  # its turns (and, from turn 2, its cost) changed
 
 
 def fail_run(run: AgentRun, *, code: str, message: str) -> None:
@@ -394,6 +395,7 @@ def _turn_completed(run: AgentRun, step: AgentStep, job: LlmJob) -> None:
     elif AgentStep.Status.PENDING in statuses:
         run.tools_enqueued_at = now
         run.save(update_fields=["cost_usd", "tools_enqueued_at", "updated_at"])
+        events.publish_run_on_commit(run)  # its cost changed
         agent_tools_enqueue_on_commit(run.id)
     else:
         run.save(update_fields=["cost_usd", "updated_at"])

@@ -30,7 +30,7 @@ __all__ = [
 # Task modules imported once in the worker's main process, so that each forked work horse
 # inherits them: importing the anthropic SDK alone takes about a second, which a fresh import
 # in every fork would add to every job.
-PRELOADED_TASK_MODULES = ("jobs.tasks", "alerts.tasks", "dlq.tasks")
+PRELOADED_TASK_MODULES = ("jobs.tasks", "alerts.tasks", "dlq.tasks", "agents.tasks")
 
 
 class PreloadingWorker(Worker):
