@@ -7,7 +7,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 # pytest-xdist workers for make test (each its own test database and Redis index, tests/parallel.py).
 TEST_WORKERS ?= 3
 
-.PHONY: run token test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-batch bench-streaming chaos clean
+.PHONY: run token test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming chaos clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -54,7 +54,7 @@ lint: dev-venv
 	$(BIN)/ruff format --check .
 
 typecheck: dev-venv
-	$(BIN)/mypy llmops api runtime loops providers jobs ledger alerts dlq metrics fake_provider ops ratelimits batches pipelines chaos
+	$(BIN)/mypy llmops api runtime loops providers jobs ledger alerts dlq metrics fake_provider ops ratelimits batches pipelines agents chaos
 
 test: dev-venv services browser tools lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
@@ -119,6 +119,10 @@ bench-submit: dev-venv services
 # database). Target: at least 0.5.
 bench-pipeline: dev-venv services
 	$(BIN)/python bench/pipeline.py
+
+# 100 concurrent agent runs of 10 turns through the Procfile's workers: steps/s, overhead per step.
+bench-agents: dev-venv services
+	$(BIN)/python bench/agents.py
 
 # The time to accept a 10,000-item batch (POST /api/v1/batches/ until its 202) on the Procfile's
 # web line, distinct items and every item twice, and a GET of the batch (its own database).

@@ -148,6 +148,12 @@ class MessagesRequest:
     stream: bool = False
     options: dict[str, Any] | None = None
     """tools, tool_choice, thinking, stop_sequences as sent (what shapes the answer)."""
+    assistant_turns: int = 0
+    """How many assistant messages the request holds: the turn of a tool-use script."""
+    tool_results: list[str] | None = None
+    """The text of each tool_result block of the last user message, in order."""
+    tool_script: list[Any] | None = None
+    """The ``fake_tool_script=`` the system prompt or first user message carries, if any."""
 
 
 def _invalid(message: str) -> ApiError:
@@ -190,6 +196,57 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     return " ".join(b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text")
+
+
+def _tool_results_of(content: Any) -> list[str]:
+    if not isinstance(content, list):
+        return []
+    results = []
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            inner = block.get("content", "")
+            text = inner if isinstance(inner, str) else _text_of(inner)
+            results.append(("error: " if block.get("is_error") else "") + text)
+    return results
+
+
+TOOL_SCRIPT = "fake_tool_script="
+"""Marks a tool-use script in the system prompt or the first user message (fake_provider/scripts.py
+explains the format)."""
+
+
+def _tool_script(content: Any) -> list[Any] | None:
+    """The script after ``fake_tool_script=`` (a JSON list of turns), if the text carries one."""
+    text = _text_of(content) if isinstance(content, (str, list)) else ""
+    at = text.find(TOOL_SCRIPT)
+    if at < 0:
+        return None
+    try:
+        script, _end = json.JSONDecoder().raw_decode(text, at + len(TOOL_SCRIPT))
+    except ValueError as exc:
+        raise _invalid(f"{TOOL_SCRIPT}: not JSON ({exc})") from exc
+    if not isinstance(script, list) or not all(_is_script_turn(turn) for turn in script):
+        raise _invalid(
+            f"{TOOL_SCRIPT}: a list of turns, each a final text or a list of "
+            '{"name", "input"} tool calls'
+        )
+    return script
+
+
+def _is_script_turn(turn: Any) -> bool:
+    if isinstance(turn, str):
+        return True
+    return (
+        isinstance(turn, list)
+        and bool(turn)
+        and all(
+            isinstance(call, dict)
+            and isinstance(call.get("name"), str)
+            and isinstance(call.get("input", {}), dict)
+            and set(call) <= {"name", "input"}
+            for call in turn
+        )
+    )
 
 
 def parse_request(payload: Any) -> MessagesRequest:
@@ -246,6 +303,8 @@ def parse_request(payload: Any) -> MessagesRequest:
         raise _invalid("system: Input should be a valid string or list")
 
     last_user_text = ""
+    assistant_turns = 0
+    tool_results: list[str] = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise _invalid(f"messages.{i}: Input should be a valid dictionary")
@@ -263,6 +322,9 @@ def parse_request(payload: Any) -> MessagesRequest:
             raise _invalid(f"messages.{i}.content: Input should be a valid string or list")
         if role == "user":
             last_user_text = _text_of(content)
+            tool_results = _tool_results_of(content)
+        else:
+            assistant_turns += 1
     if counter[0] > MAX_CACHE_CONTROL_BLOCKS:
         raise _invalid(
             f"A maximum of {MAX_CACHE_CONTROL_BLOCKS} blocks with cache_control may be provided. "
@@ -284,8 +346,20 @@ def parse_request(payload: Any) -> MessagesRequest:
         for name in ("tools", "tool_choice", "thinking", "stop_sequences")
         if payload.get(name) is not None
     }
+    first = messages[0].get("content") if isinstance(messages[0], dict) else None
+    script = _tool_script(system) or _tool_script(first)
     return MessagesRequest(
-        model, price, max_tokens, segments, digest, last_user_text, stream, options
+        model,
+        price,
+        max_tokens,
+        segments,
+        digest,
+        last_user_text,
+        stream,
+        options,
+        assistant_turns,
+        tool_results,
+        script,
     )
 
 
@@ -325,20 +399,27 @@ def _long_reply(tokens: int, seed: bytes) -> str:
 
 
 def _usage(request: MessagesRequest, state: FakeProviderState) -> dict[str, Any]:
+    """Input tokens by kind. Like the API, a request may carry several breakpoints: the longest
+    prefix ending at one of them that is cached is read, the rest up to the last breakpoint is
+    written (and each breakpoint's prefix is cached from then on)."""
     total = sum(s.tokens for s in request.segments)
     split = {"5m": 0, "1h": 0}
     created = read = 0
     marked = [i for i, s in enumerate(request.segments) if s.ttl]
     if marked:
-        prefix = request.segments[: marked[-1] + 1]
-        prefix_tokens = sum(s.tokens for s in prefix)
-        if prefix_tokens >= 1:
+        hits = []
+        for at in marked:
+            prefix = request.segments[: at + 1]
+            prefix_tokens = sum(s.tokens for s in prefix)
+            if prefix_tokens < 1:
+                continue
             key = hashlib.sha256("\n".join(s.identity for s in prefix).encode()).hexdigest()
             ttl = prefix[-1].ttl or DEFAULT_CACHE_TTL
-            if state.cache_hit(request.model, key, ttl):
-                read = prefix_tokens
-            else:
-                created = split[ttl] = prefix_tokens
+            hits.append((prefix_tokens, ttl, state.cache_hit(request.model, key, ttl)))
+        if hits:
+            read = max((tokens for tokens, _, hit in hits if hit), default=0)
+            last_tokens, last_ttl, _ = hits[-1]
+            created = split[last_ttl] = last_tokens - read
     return {
         "input_tokens": max(1, total - created - read),
         "cache_creation_input_tokens": created,
@@ -388,6 +469,16 @@ def _tool_input(tool: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _scripted_calls(request: MessagesRequest) -> list[dict[str, Any]] | str | None:
+    """This turn's entry of the request's tool script: tool calls, a final text, or None (no
+    script, or the script is over: a text answer)."""
+    script = request.tool_script
+    if not script or request.assistant_turns >= len(script):
+        return None
+    turn: list[dict[str, Any]] | str = script[request.assistant_turns]
+    return turn
+
+
 def build_message(request: MessagesRequest, state: FakeProviderState) -> dict[str, Any]:
     """The full Messages API response (also touches the prompt-cache memory): a thinking block
     first when thinking is enabled, then the text, or a tool call (stop_reason tool_use)."""
@@ -406,6 +497,13 @@ def build_message(request: MessagesRequest, state: FakeProviderState) -> dict[st
         )
         budget -= _tokens(thought)
     text = _natural_reply(request)
+    turn = _scripted_calls(request)
+    scripted = turn if isinstance(turn, list) else None
+    if isinstance(turn, str):
+        text = turn  # the script's final answer
+    elif request.tool_results and not scripted:
+        # An answer to tool results: deterministic, from the results themselves.
+        text = "Results: " + "; ".join(r[:200] for r in request.tool_results)
     stop_reason, stop_sequence = "end_turn", None
     for sequence in options.get("stop_sequences", []):
         at = text.find(sequence) if isinstance(sequence, str) and sequence else -1
@@ -413,7 +511,9 @@ def build_message(request: MessagesRequest, state: FakeProviderState) -> dict[st
             text, stop_reason, stop_sequence = text[:at], "stop_sequence", sequence
     if _tokens(text) > budget:
         text, stop_reason, stop_sequence = text[: max(0, budget) * 4], "max_tokens", None
-    tool = _tool_to_call(request) if stop_reason == "end_turn" else None
+    # A scripted turn, or an answer to tool results, calls no tool of its own choosing.
+    chosen = turn is None and not request.tool_results
+    tool = _tool_to_call(request) if stop_reason == "end_turn" and chosen else None
     searches = 0
     search_tool = _web_search_tool(request)
     if search_tool is not None and tool is None:
@@ -444,7 +544,21 @@ def build_message(request: MessagesRequest, state: FakeProviderState) -> dict[st
                 ],
             }
         )
-    if tool is not None:
+    if scripted:
+        names = ", ".join(call["name"] for call in scripted)
+        content.append({"type": "text", "text": f"I will call {names}."})
+        for i, call in enumerate(scripted):
+            seed = request.digest + i.to_bytes(2, "big")
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": "toolu_" + hashlib.sha256(seed).hexdigest()[:24],
+                    "name": call["name"],
+                    "input": call.get("input", {}),
+                }
+            )
+        stop_reason, stop_sequence = "tool_use", None
+    elif tool is not None:
         text = f"I will call {tool['name']}."
         content.append({"type": "text", "text": text})
         content.append(

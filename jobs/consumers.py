@@ -252,6 +252,15 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
 
     pipeline_finished = pipeline_step_completed
 
+    async def agent_step(self, message: dict[str, Any]) -> None:
+        """Agent run events (agents/events.py): to the owner's group and to ``?all=1`` staff."""
+        event = {"type": message["type"], "run": message["run"]}
+        if "step" in message:
+            event["step"] = message["step"]
+        await self._queue(event)
+
+    agent_updated = agent_step
+
     async def batch_progress(self, message: dict[str, Any]) -> None:
         """Batch events (batches/events.py) go to their owner's group only."""
         await self._queue({"type": message["type"], "batch": message["batch"]})

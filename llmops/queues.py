@@ -8,6 +8,7 @@ a task path or a key prefix.
 import hashlib
 
 __all__ = [
+    "AGENT_TOOLS_TASK",
     "ALERTS_QUEUE",
     "ALERT_FOR_FAILURE_TASK",
     "BATCH_CANCEL_TASK",
@@ -20,6 +21,7 @@ __all__ = [
     "QUEUE_NAMES",
     "REQUEUE_MATCHING_TASK",
     "RUN_LLM_JOB_TASK",
+    "agent_tools_job_id",
     "alert_for_failure_job_id",
     "batch_cancel_job_id",
     "bulk_requeue_job_id",
@@ -47,6 +49,8 @@ FINGERPRINT_CHECK_TASK = "alerts.tasks.failure_fingerprint_check"
 REQUEUE_MATCHING_TASK = "dlq.tasks.requeue_matching"
 BATCH_CANCEL_TASK = "batches.tasks.cancel_batch_jobs"
 DELIVER_CALLBACK_TASK = "batches.tasks.deliver_callback"
+AGENT_TOOLS_TASK = "agents.tasks.run_agent_tools"
+"""The tool calls of an agent run's current turn (default queue)."""
 
 KEY_PREFIX = "llmops:"
 """Every Redis key of ours starts with this (rq's own keys start with ``rq:``)."""
@@ -131,6 +135,12 @@ def batch_cancel_job_id(batch_id: object) -> str:
     """A fixed RQ job id per batch for cancelling its waiting jobs in the background: the sweep
     tells a waiting or running one from a lost one, and a second request adds no copy."""
     return f"batch-cancel-{batch_id}"
+
+
+def agent_tools_job_id(run_id: object, token: str) -> str:
+    """The RQ job id of one enqueue of an agent run's tool task; the run keeps it, so that the
+    sweep tells a waiting or running task from a lost one (agents/sweep.py)."""
+    return f"agent-tools-{run_id}-{token}"
 
 
 def job_events_group(user_id: object) -> str:

@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "ratelimits",
     "batches",
     "pipelines",
+    "agents",
     "loops",
 ]
 
@@ -180,6 +181,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "jobs.models.LlmJob.Status",
         "BatchStatusEnum": "batches.models.Batch.Status",
+        "AgentRunStatusEnum": "agents.models.AgentRun.Status",
+        "AgentStepStatusEnum": "agents.models.AgentStep.Status",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -274,6 +277,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(LLM_MAX_REQUEST_BYTES + 1, 2_621_440)
 LLM_MAX_ATTEMPTS = env.integer("LLM_MAX_ATTEMPTS", 10, minimum=1)
 # Each step a provider call of seconds to minutes: 20 in a row is already a long chain.
 PIPELINE_MAX_STEPS = env.integer("PIPELINE_MAX_STEPS", 20, minimum=1)
+# Agent tools: dotted modules imported at start beside every installed app's agent_tools.py.
+LLM_AGENT_TOOL_MODULES = env.names("LLM_AGENT_TOOL_MODULES", "agents.demo_tools")
+# A run waiting for a human longer than this (a day) fails with approval_timeout.
+LLM_AGENT_APPROVAL_TIMEOUT_SECONDS = env.number(
+    "LLM_AGENT_APPROVAL_TIMEOUT_SECONDS", 86400.0, minimum=1.0
+)
+# Tool calls of one turn run at once, up to this many (threads of the default worker).
+LLM_AGENT_TOOL_CONCURRENCY = env.integer("LLM_AGENT_TOOL_CONCURRENCY", 4, minimum=1)
 LLM_RETRY_SCHEDULES: dict[str, list[float]] = env.json_value("LLM_RETRY_SCHEDULES", {})
 LLM_RETRY_JITTER = env.number("LLM_RETRY_JITTER", 0.30, minimum=0.0)
 LLM_CONCURRENCY_PER_KEY = env.integer("LLM_CONCURRENCY_PER_KEY", 1, minimum=1)

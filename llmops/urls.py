@@ -3,6 +3,7 @@ from django.contrib.auth.views import LoginView
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from agents.views import live_agents_page
 from api.apis import MeApi
 from api.trailing_slash import CATCH_ALL, api_not_found
 from jobs.views import live_page
@@ -18,6 +19,7 @@ urlpatterns = [
     path("admin/ops/dashboard/", include("ops.admin_dashboard")),
     path("admin/", admin.site.urls),
     path("live/", live_page, name="live"),
+    path("live/agents/", live_agents_page, name="live-agents"),
     path("live/", include("jobs.live_urls")),  # the fault picker (development only)
     path("login/", LoginView.as_view(), name="login"),
     # Public: the OpenAPI 3 schema of every DRF view and its Swagger UI (from our static files).
@@ -30,6 +32,7 @@ urlpatterns = [
     path("api/v1/costs/", include("ledger.urls")),
     path("api/v1/batches/", include("batches.urls")),
     path("api/v1/pipelines/", include("pipelines.urls")),
+    path("api/v1/agent-runs/", include("agents.urls")),
     # Before django-rq's own URLs: its metrics endpoint is served with /metrics, under one
     # protection (metrics/access.py).
     path("", include("metrics.urls")),

@@ -30,7 +30,7 @@ __all__ = [
 # Task modules imported once in the worker's main process, so that each forked work horse
 # inherits them (and, on the llm queue, the provider's SDK: see ``warm_up``), instead of a fresh
 # import in every fork adding to every job.
-PRELOADED_TASK_MODULES = ("jobs.tasks", "alerts.tasks", "dlq.tasks")
+PRELOADED_TASK_MODULES = ("jobs.tasks", "alerts.tasks", "dlq.tasks", "agents.tasks")
 
 
 class PreloadingWorker(Worker):

@@ -13,6 +13,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from agents.models import AgentRun, AgentStep, DemoEmail
 from alerts.models import Alert, AlertRoute, LoopHeartbeat
 from batches.models import Batch, BatchItem
 from batches.services import batch_submit
@@ -24,7 +25,7 @@ from ledger.models import Budget, CostEntry, ModelPrice
 from pipelines.models import Pipeline
 from pipelines.services import pipeline_create
 from ratelimits.models import RateLimit
-from tests.authorization_world import MARK, World
+from tests.authorization_world import MARK, World, waiting_agent_run
 
 __all__ = ["ACTION_EFFECTS", "post_action"]
 
@@ -116,7 +117,26 @@ def _new_bulk_requeue(world: World, before: int) -> bool:
 
 Effect = tuple[Callable[[World], Any], Callable[[World, Any], bool]]
 
+
+def _agent_run(world: World) -> AgentRun:
+    return waiting_agent_run(world.users["owner"])  # type: ignore[arg-type]
+
+
+def _call_is(status: str, is_error: bool) -> Callable[[World, Any], bool]:
+    return lambda world, run: AgentStep.objects.filter(
+        run=run, kind="tool", status=status, is_error=is_error
+    ).exists()
+
+
 ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
+    ("agents.AgentRun", "approve_calls"): (_agent_run, _call_is("pending", False)),
+    ("agents.AgentRun", "reject_calls"): (_agent_run, _call_is("completed", True)),
+    ("agents.AgentRun", "cancel_runs"): (_agent_run, _state(AgentRun, "cancelled", "status")),
+    ("agents.AgentRun", "delete_selected"): (_agent_run, _gone(AgentRun)),
+    ("agents.DemoEmail", "delete_selected"): (
+        lambda world: DemoEmail.objects.create(call_id=_name(), to="a@example.com", subject="s"),
+        _gone(DemoEmail),
+    ),
     ("dlq.FailureRecord", "requeue"): (_failure, _state(FailureRecord, "requeued")),
     ("dlq.FailureRecord", "requeue_with_model"): (_failure, _state(FailureRecord, "requeued")),
     ("dlq.FailureRecord", "resolve"): (_failure, _state(FailureRecord, "resolved")),

@@ -32,6 +32,8 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rq import Queue, Worker
 
+from agents.models import AgentRun, AgentStep, DemoEmail
+from agents.services import agent_run_create
 from alerts.models import (
     Alert,
     AlertDelivery,
@@ -191,6 +193,9 @@ def build_world() -> World:
         user=owner, data={"name": MARK, "feature": MARK, "model": body["model"], "items": [item]}
     )
     pipeline = pipeline_create(user=owner, data={"name": MARK, "steps": [body, body]})
+    agent_run = waiting_agent_run(owner)
+    demo_email = DemoEmail.objects.create(call_id="toolu_authz_mail", to="a@example.com",
+                                          subject=MARK, body=MARK)  # fmt: skip
     group = Group.objects.create(name=MARK)
     victim_user = User.objects.create(username=f"{MARK}-user")
     world.objects = {
@@ -209,6 +214,8 @@ def build_world() -> World:
         "group": group,
         "batch": batch,
         "pipeline": pipeline,
+        "agent_run": agent_run,
+        "demo_email": demo_email,
         "victim_user": victim_user,
         "token": Token.objects.get(user=owner),
     }
@@ -231,6 +238,9 @@ def build_world() -> World:
         "batch": str(batch.id),
         "batch_item": str(batch.items.get().id),
         "pipeline": str(pipeline.id),
+        "agent_run": str(agent_run.id),
+        "agent_call": AGENT_CALL_ID,
+        "demo_email": str(demo_email.id),
         "user": str(victim_user.id),
         "token": str(owner.id),  # TokenProxy's primary key is its user's
         "owner": str(owner.id),
@@ -240,6 +250,31 @@ def build_world() -> World:
         "rq_worker": f"authz-{uuid.uuid4().hex}",
     }
     return world
+
+
+AGENT_CALL_ID = "toolu_authz"
+
+
+def waiting_agent_run(owner: User) -> AgentRun:
+    """An agent run of ``owner`` whose demo ``send_email`` call waits for a human."""
+    data = {
+        "feature": MARK,
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "Mail the team."}],
+        "tools": ["send_email"],
+    }
+    run, _ = agent_run_create(user=owner, data=data)
+    AgentStep.objects.create(
+        run=run, index=1, turn=1, kind=AgentStep.Kind.TOOL, name="send_email",
+        call_id=AGENT_CALL_ID, input={"to": "team@example.com", "subject": "hi", "body": "hi"},
+        status=AgentStep.Status.WAITING_APPROVAL,
+    )  # fmt: skip
+    AgentRun.objects.filter(id=run.id).update(
+        status=AgentRun.Status.WAITING_APPROVAL, waiting_since=timezone.now()
+    )
+    run.refresh_from_db()
+    return run
 
 
 def _content_type_id(model: type) -> int:

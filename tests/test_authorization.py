@@ -98,6 +98,12 @@ TABLE: list[Door] = [
     D("api", "POST /api/v1/pipelines/", "pipelines.add_pipeline", 202, 202, 401, 202, 202),
     D("api", "GET /api/v1/pipelines/{pipeline}/", "pipelines.view_pipeline", "200+", 404, 401, 404, "200+"),
     D("api", "POST /api/v1/pipelines/{pipeline}/cancel/", "pipelines.cancel_pipeline", 200, 404, 401, 404, 200),
+    # --- agent runs: the owner's; staff with the permission see, approve or cancel any ---------
+    D("api", "GET /api/v1/agent-runs/", "agents.view_agentrun", "200+", "200-", 401, "200-", "200+"),
+    D("api", "POST /api/v1/agent-runs/", "agents.add_agentrun", 202, 202, 401, 202, 202),
+    D("api", "GET /api/v1/agent-runs/{agent_run}/", "agents.view_agentrun", "200+", 404, 401, 404, "200+"),
+    D("api", "POST /api/v1/agent-runs/{agent_run}/approvals/{agent_call}/", "agents.approve_agentrun", 200, 404, 401, 404, 200),
+    D("api", "POST /api/v1/agent-runs/{agent_run}/cancel/", "agents.cancel_agentrun", 200, 404, 401, 404, 200),
     # --- public: the schema, health checks, sign-in ------------------------------------------
     D("page", "GET /api/schema/", "", 200, 200, 200, 200, 200),
     D("page", "GET /api/docs/", "", 200, 200, 200, 200, 200),
@@ -107,6 +113,7 @@ TABLE: list[Door] = [
     D("page", "GET /", "", 200, 200, 200, 200, 200),  # the home page: links only
     D("page", "GET /api/v1/no-such-thing/", "", 404, 404, 404, 404, 404),  # the JSON 404
     D("page", "GET /live/", "", 200, 200, L, 200, 200),
+    D("page", "GET /live/agents/", "", 200, 200, L, 200, 200),
     D("api", "POST /live/fault-jobs/", "", 404, 404, 401, 404, 404),  # the fault picker: DEBUG only
     # --- metrics: the scrape token (or an allowed network), never a session -------------------
     D("page", "GET /metrics", "METRICS_TOKEN", 401, 401, 401, 401, 200),
@@ -210,6 +217,19 @@ TABLE: list[Door] = [
     D("admin", "GET /admin/pipelines/pipeline/{pipeline}/delete/", "pipelines.delete_pipeline", L, L, L, 403, 403),
     D("admin", "GET /admin/pipelines/pipeline/{pipeline}/history/", "pipelines.view_pipeline", L, L, L, 403, 200),
     D("admin", "GET /admin/pipelines/pipeline/{pipeline}/", "pipelines.view_pipeline", L, L, L, 302, 302),
+    # --- admin: agent runs (read-only; approve, reject and cancel are actions) ---------------
+    D("admin", "GET /admin/agents/agentrun/", "agents.view_agentrun", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/agents/agentrun/add/", "agents.add_agentrun", L, L, L, 403, 403),
+    D("admin", "GET /admin/agents/agentrun/{agent_run}/change/", "agents.view_agentrun", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/agents/agentrun/{agent_run}/delete/", "agents.delete_agentrun", L, L, L, 403, 403),
+    D("admin", "GET /admin/agents/agentrun/{agent_run}/history/", "agents.view_agentrun", L, L, L, 403, 200),
+    D("admin", "GET /admin/agents/agentrun/{agent_run}/", "agents.view_agentrun", L, L, L, 302, 302),
+    D("admin", "GET /admin/agents/demoemail/", "agents.view_demoemail", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/agents/demoemail/add/", "agents.add_demoemail", L, L, L, 403, 403),
+    D("admin", "GET /admin/agents/demoemail/{demo_email}/change/", "agents.view_demoemail", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/agents/demoemail/{demo_email}/delete/", "agents.delete_demoemail", L, L, L, 403, 403),
+    D("admin", "GET /admin/agents/demoemail/{demo_email}/history/", "agents.view_demoemail", L, L, L, 403, 200),
+    D("admin", "GET /admin/agents/demoemail/{demo_email}/", "agents.view_demoemail", L, L, L, 302, 302),
     # --- admin: rate limits ------------------------------------------------------------------
     D("admin", "GET /admin/ratelimits/ratelimit/", "ratelimits.view_ratelimit", L, L, L, 403, "200+"),
     D("admin", "GET /admin/ratelimits/ratelimit/add/", "ratelimits.add_ratelimit", L, L, L, 403, 200),
@@ -275,6 +295,11 @@ TABLE: list[Door] = [
     D("action", "jobs.ProviderBreaker close_breaker", "jobs.close_providerbreaker", "refused", "refused", "refused", "refused", "done", has="jobs.view_providerbreaker"),
     D("action", "batches.Batch cancel_batches", "batches.cancel_batch", "refused", "refused", "refused", "refused", "done", has="batches.view_batch"),
     D("action", "pipelines.Pipeline cancel_pipelines", "pipelines.cancel_pipeline", "refused", "refused", "refused", "refused", "done", has="pipelines.view_pipeline"),
+    D("action", "agents.AgentRun approve_calls", "agents.approve_agentrun", "refused", "refused", "refused", "refused", "done", has="agents.view_agentrun"),
+    D("action", "agents.AgentRun reject_calls", "agents.approve_agentrun", "refused", "refused", "refused", "refused", "done", has="agents.view_agentrun"),
+    D("action", "agents.AgentRun cancel_runs", "agents.cancel_agentrun", "refused", "refused", "refused", "refused", "done", has="agents.view_agentrun"),
+    D("action", "agents.AgentRun delete_selected", "agents.delete_agentrun", "refused", "refused", "refused", "refused", "refused", has="agents.view_agentrun"),
+    D("action", "agents.DemoEmail delete_selected", "agents.delete_demoemail", "refused", "refused", "refused", "refused", "refused", has="agents.view_demoemail"),
     D("action", "batches.Batch delete_selected", "batches.delete_batch", "refused", "refused", "refused", "refused", "refused", has="batches.view_batch"),
     D("action", "batches.BatchItem delete_selected", "batches.delete_batchitem", "refused", "refused", "refused", "refused", "refused", has="batches.view_batchitem"),
     D("action", "pipelines.Pipeline delete_selected", "pipelines.delete_pipeline", "refused", "refused", "refused", "refused", "refused", has="pipelines.view_pipeline"),
@@ -354,6 +379,8 @@ POST_BODIES = {
         "items": [{"messages": JOB_BODY["messages"], "max_tokens": 64}],
     },
     "/api/v1/pipelines/": {"steps": [JOB_BODY]},
+    "/api/v1/agent-runs/": {k: JOB_BODY[k] for k in ("feature", "model", "messages", "max_tokens")},
+    "/api/v1/agent-runs/{agent_run}/approvals/{agent_call}/": {"approve": True},
 }
 """What a row's POST sends (a valid submit, so that 202 means "let in and accepted")."""
 
@@ -377,7 +404,7 @@ def test_http_door(door: Door, world: World, settings: Any) -> None:
             if method == "GET":
                 response = client.get(path)
             elif api:
-                body = POST_BODIES.get(path, {})
+                body = POST_BODIES.get(path, POST_BODIES.get(template, {}))
                 response = client.post(path, body, content_type="application/json")
             else:
                 response = client.post(path, {})

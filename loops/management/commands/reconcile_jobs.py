@@ -1,3 +1,4 @@
+from agents.sweep import agent_runs_resume
 from jobs.reconciler import reconcile_jobs
 from loops.command import LoopCommand
 
@@ -12,8 +13,13 @@ class Command(LoopCommand):
 
     def run_pass(self) -> str:
         report = reconcile_jobs()
+        # Agent runs whose tool task Redis lost or whose worker died, and approvals timed out.
+        agents = agent_runs_resume()
         # Under --loop, only a pass that changed something is worth a line (an open breaker is
         # logged by the breaker and shown in the admin, not repeated every pass).
+        lines = []
         if report.changed or not self.looping:
-            return f"reconcile: {report}"
-        return ""
+            lines.append(f"reconcile: {report}")
+        if agents.changed or not self.looping:
+            lines.append(f"reconcile: {agents}")
+        return "\n".join(lines)

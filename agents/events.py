@@ -1,0 +1,84 @@
+"""Live agent run events on ``/ws/jobs/`` (jobs/consumers.py), to the run's owner and to
+``?all=1`` staff, beside the job events (and ``job.delta`` text) of its turns:
+
+    {"type": "agent.step", "run": {"id", "status"}, "step": {"index", "kind", "status", "job",
+     "name", "call_id", "is_error", "started_at", "finished_at"}}
+    {"type": "agent.updated", "run": {"id", "status", "turns", "cost_usd", "error",
+     }}
+
+``agent.step`` goes out when a step starts or finishes, ``agent.updated`` when the run's status
+or cost changes. Published after the commit of the change, through the same sender and timeout
+as job events (jobs/events.py): best effort, never failing or holding a run.
+"""
+
+import logging
+from typing import Any
+
+from django.db import transaction
+
+from agents.models import AgentRun, AgentStep
+from jobs.events import publish_event
+from llmops.queues import all_jobs_group, job_events_group
+
+__all__ = ["STEP", "UPDATED", "publish_run_on_commit", "publish_step_on_commit"]
+
+logger = logging.getLogger("agents.events")
+
+STEP = "agent.step"
+UPDATED = "agent.updated"
+
+
+def _time(value: Any) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def _on_commit(user_id: int, run_id: Any, message: dict[str, Any]) -> None:
+    def publish() -> None:
+        try:
+            publish_event(
+                [job_events_group(user_id), all_jobs_group()],
+                message,
+                about=f"agent run {run_id}",
+            )
+        except Exception:
+            logger.exception("agent run %s %s event failed", run_id, message["type"])
+
+    transaction.on_commit(publish)
+
+
+def step_payload(step: AgentStep) -> dict[str, Any]:
+    return {
+        "index": step.index,
+        "kind": step.kind,
+        "status": step.status,
+        "job": str(step.job_id) if step.job_id else None,
+        "name": step.name,
+        "call_id": step.call_id,
+        "is_error": step.is_error,
+        "started_at": _time(step.started_at),
+        "finished_at": _time(step.finished_at),
+    }
+
+
+def publish_step_on_commit(run: AgentRun, step: AgentStep) -> None:
+    message = {
+        "type": STEP,
+        "run": {"id": str(run.id), "status": run.status},
+        "step": step_payload(step),
+    }
+    _on_commit(run.user_id, run.id, message)
+
+
+def publish_run_on_commit(run: AgentRun) -> None:
+    error = {"code": run.error_code, "message": run.error_message} if run.error_code else None
+    message = {
+        "type": UPDATED,
+        "run": {
+            "id": str(run.id),
+            "status": run.status,
+            "turns": run.turns,
+            "cost_usd": f"{run.cost_usd:.6f}",
+            "error": error,
+        },
+    }
+    _on_commit(run.user_id, run.id, message)

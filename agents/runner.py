@@ -1,0 +1,117 @@
+"""Running the tool calls of a run's current turn: a few at once, each claimed, called and
+recorded on its own, then the next turn.
+
+Each call is claimed ``pending -> running`` by a conditional UPDATE (exactly one winner), then
+called outside any transaction, then recorded ``running -> completed`` for the attempt that
+claimed it, so every result is committed before anything further starts. A call whose worker
+died mid-call keeps ``running`` until its lease (the tool's timeout, plus a margin) has lapsed;
+the reconciler's sweep (agents/sweep.py) then puts it back to ``pending`` and it runs again
+with the same ``call_id``: at least once for an interrupted call, exactly once for a completed
+one.
+"""
+
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import django_rq
+from django.conf import settings
+from django.db import connections
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from agents.models import AgentRun, AgentStep
+from agents.services import agent_run_advance, agent_step_claim, agent_step_record
+from agents.tools import registered_tool, tool_call
+from llmops.queues import AGENT_TOOLS_TASK, DEFAULT_QUEUE, agent_tools_job_id
+
+__all__ = ["LEASE_MARGIN_SECONDS", "agent_tools_enqueue", "agent_tools_run"]
+
+logger = logging.getLogger(__name__)
+
+LEASE_MARGIN_SECONDS = 10.0
+"""Past its tool's timeout, a call's lease runs this much longer: the time to record it."""
+DEFAULT_TIMEOUT = 60.0
+TASK_TIMEOUT_MARGIN = 60
+"""The RQ job's timeout: every pending call's timeout in turn, plus this."""
+
+
+def agent_tools_enqueue(*, run_id: uuid.UUID) -> str | None:
+    """Put the run's tool task on the default queue under a new RQ job id, which the run
+    keeps. Redis being down is logged, never raised: the sweep enqueues it again."""
+    rq_job_id = agent_tools_job_id(run_id, uuid.uuid4().hex[:12])
+    timeouts = [
+        (tool.timeout if (tool := registered_tool(name)) else DEFAULT_TIMEOUT)
+        for name in AgentStep.objects.filter(
+            run_id=run_id, kind=AgentStep.Kind.TOOL, status=AgentStep.Status.PENDING
+        ).values_list("name", flat=True)
+    ]
+    AgentRun.objects.filter(id=run_id).update(
+        tools_rq_job_id=rq_job_id, tools_enqueued_at=timezone.now()
+    )
+    try:
+        django_rq.get_queue(DEFAULT_QUEUE).enqueue(
+            AGENT_TOOLS_TASK,
+            str(run_id),
+            job_id=rq_job_id,
+            job_timeout=int(sum(timeouts) + LEASE_MARGIN_SECONDS * len(timeouts))
+            + TASK_TIMEOUT_MARGIN,
+            description=f"tool calls of agent run {run_id}",
+        )
+    except RedisError:
+        logger.exception("agent run %s: its tool task could not be enqueued", run_id)
+        return None
+    return rq_job_id
+
+
+def _run_one(step_id: int) -> bool:
+    """Claim, call and record one tool call; False when another copy has it (or had it)."""
+    name = AgentStep.objects.filter(id=step_id).values_list("name", flat=True).first()
+    tool = registered_tool(name or "")
+    timeout = tool.timeout if tool else DEFAULT_TIMEOUT
+    step = agent_step_claim(step_id=step_id, lease_seconds=timeout + LEASE_MARGIN_SECONDS)
+    if step is None:
+        return False
+    outcome = tool_call(name=step.name, tool_input=step.input, call_id=step.call_id)
+    recorded = agent_step_record(step_id=step.id, attempt=step.attempts, outcome=outcome)
+    logger.info(
+        "agent run %s: tool %s (%s) %s%s",
+        step.run_id,
+        step.name,
+        step.call_id,
+        "failed" if outcome.is_error else "completed",
+        "" if recorded else " (not recorded: its lease had lapsed)",
+        extra={"agent_run_id": str(step.run_id)},
+    )
+    return recorded
+
+
+def _run_one_in_pool(step_id: int) -> bool:
+    try:
+        return _run_one(step_id)
+    finally:
+        connections.close_all()  # this thread's own connection
+
+
+def agent_tools_run(*, run_id: uuid.UUID) -> str:
+    """Run every pending tool call of the run, up to ``LLM_AGENT_TOOL_CONCURRENCY`` at once,
+    then submit the next turn once all of the turn's calls are completed."""
+    run = AgentRun.objects.filter(id=run_id).only("id", "status").first()
+    if run is None or run.status != AgentRun.Status.RUNNING:
+        return "skipped: the run is not running"
+    pending = list(
+        AgentStep.objects.filter(
+            run_id=run_id, kind=AgentStep.Kind.TOOL, status=AgentStep.Status.PENDING
+        )
+        .order_by("index")
+        .values_list("id", flat=True)
+    )
+    ran = 0
+    if len(pending) == 1:
+        ran = int(_run_one(pending[0]))  # one call: no thread, no second connection
+    elif pending:
+        workers = min(settings.LLM_AGENT_TOOL_CONCURRENCY, len(pending))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent-tool") as pool:
+            ran = sum(pool.map(_run_one_in_pool, pending))
+    advanced = agent_run_advance(run_id=run_id)
+    return f"{ran} tool calls recorded; next turn {'submitted' if advanced else 'not yet'}"

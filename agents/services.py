@@ -1,0 +1,613 @@
+"""Every write on an agent run: create, cancel, approve or reject, the tool calls, and what
+each transition of a turn's job does.
+
+    create                   -> queued, turn 1's job submitted               agent_run_create
+    turn job claimed         queued -> running                                (job transition)
+    turn job completed       tool_use: tool steps (pending | waiting_approval)
+                             and their task; otherwise -> completed           (job transition)
+    tool steps all completed next turn's job submitted                       agent_run_advance
+    turn job dead-lettered   -> failed; its requeue from the DLQ resumes it   (job transition)
+    turn job cancelled       -> cancelled                                     (job transition)
+    approve / reject         waiting_approval -> running                      agent_step_decide
+    cancel                   -> cancelled                                     agent_run_cancel
+
+(job transition): ``agent_run_job_transition``.
+
+``agent_run_job_transition`` runs inside the transaction of the job's own transition
+(jobs/transitions.py, ``in_transaction=True``), as pipelines do: a turn's answer, the tool steps
+it asks for and the next turn's job commit with the job's completion or not at all. Locks are
+always taken job first, run second, steps last.
+"""
+
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.db.models import F, Sum
+from django.utils import timezone
+
+from agents import events
+from agents.models import AgentRun, AgentStep
+from agents.tools import ToolOutcome, registered_tool
+from agents.transcript import turn_messages
+from agents.validation import MARKER_KEY, AgentRunRequest, validate_agent_run_request
+from api.errors import ApplicationError, Conflict, NotFound, ValidationFailed
+from jobs.admission import idempotency_key_hash
+from jobs.models import LlmJob
+from jobs.services import job_cancel, job_submit
+from jobs.transitions import Transition
+from ledger.pricing import upper_bound_cost
+from ledger.selectors import price_for_model
+
+__all__ = [
+    "agent_run_advance",
+    "agent_run_cancel",
+    "agent_run_create",
+    "agent_run_job_transition",
+    "agent_step_claim",
+    "agent_step_decide",
+    "agent_step_record",
+    "agent_tools_enqueue_on_commit",
+    "fail_run",
+]
+
+logger = logging.getLogger(__name__)
+
+_WATCHED = frozenset(
+    {
+        Transition.CLAIMED,
+        Transition.COMPLETED,
+        Transition.DEAD_LETTERED,
+        Transition.RECOVERED,
+        Transition.CANCELLED,
+        Transition.REQUEUED,
+    }
+)
+"""The transitions that move a run; submits and scheduled retries never do."""
+
+
+# --- Create -------------------------------------------------------------------------------------
+
+
+def agent_run_create(
+    *, user: User, data: Any, idempotency_key: str | None = None
+) -> tuple[AgentRun, bool]:
+    """Validate, insert the run and submit its first turn's job (enqueued on commit). A repeated
+    ``Idempotency-Key`` returns the first run (409 ``idempotency_conflict`` for another body)."""
+    request = validate_agent_run_request(data, user=user)
+    fingerprint = request.fingerprint()
+    key_hash = None
+    if idempotency_key:
+        if len(idempotency_key) > 255:
+            raise ValidationFailed(
+                "Idempotency-Key must be at most 255 characters.", code="invalid_idempotency_key"
+            )
+        key_hash = idempotency_key_hash(idempotency_key)
+        existing = AgentRun.objects.filter(user=user, idempotency_key_hash=key_hash).first()
+        if existing is not None:
+            return _replay(existing, fingerprint), False
+    try:
+        with transaction.atomic():
+            run = _insert(user, request, fingerprint, idempotency_key, key_hash)
+    except IntegrityError:
+        if not key_hash:
+            raise
+        existing = AgentRun.objects.get(user=user, idempotency_key_hash=key_hash)
+        return _replay(existing, fingerprint), False
+    return run, True
+
+
+def _replay(run: AgentRun, fingerprint: str) -> AgentRun:
+    if run.request_fingerprint != fingerprint:
+        raise Conflict(
+            "This Idempotency-Key was used with a different request body.",
+            code="idempotency_conflict",
+            detail={"run_id": str(run.id)},
+        )
+    return run
+
+
+def _insert(
+    user: User,
+    request: AgentRunRequest,
+    fingerprint: str,
+    idempotency_key: str | None,
+    key_hash: str | None,
+) -> AgentRun:
+    run = AgentRun.objects.create(
+        user=user,
+        feature=request.feature,
+        model=request.model,
+        system=request.system,
+        messages=request.messages,
+        tools=request.tools,
+        max_tokens=request.max_tokens,
+        max_turns=request.max_turns,
+        max_cost_usd=request.max_cost_usd,
+        metadata=request.metadata,
+        idempotency_key=idempotency_key or None,
+        idempotency_key_hash=key_hash,
+        request_fingerprint=fingerprint,
+    )
+    _submit_turn(run, steps=[], user=user, refuse=True)
+    logger.info(
+        "agent run %s created: %s tools, at most %s turns",
+        run.id,
+        len(run.tools),
+        run.max_turns,
+        extra={"agent_run_id": str(run.id)},
+    )
+    return run
+
+
+# --- Turns --------------------------------------------------------------------------------------
+
+
+def _turn_body(run: AgentRun, steps: Sequence[AgentStep]) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "feature": run.feature,
+        "model": run.model,
+        "max_tokens": run.max_tokens,
+        "messages": turn_messages(messages=run.messages, steps=steps),
+        "metadata": {**run.metadata, MARKER_KEY: {"id": str(run.id), "turn": run.turns + 1}},
+    }
+    if run.system is not None:
+        body["system"] = run.system
+    definitions = [tool.definition() for name in run.tools if (tool := registered_tool(name))]
+    if definitions:
+        body["tools"] = definitions
+    return body
+
+
+def _worst_case(run: AgentRun, body: dict[str, Any]) -> Decimal:
+    """What the turn can cost at most: the ledger's upper bound, as a budget reservation holds."""
+    price = price_for_model(model=run.model)
+    if price is None:
+        return Decimal(0)
+    return upper_bound_cost(
+        price,
+        messages=body["messages"],
+        system=body.get("system"),
+        max_tokens=run.max_tokens,
+        tools=body.get("tools"),
+    )
+
+
+def _submit_turn(
+    run: AgentRun, *, steps: Sequence[AgentStep], user: User | None = None, refuse: bool = False
+) -> None:
+    """Submit the next turn's job and its model step, unless a limit stops the run. With
+    ``refuse`` (the first turn, at create) a refusal raises instead, so nothing is written."""
+    if run.turns >= run.max_turns:
+        _fail(run, "max_turns_exceeded", f"The run reached max_turns ({run.max_turns}).")
+        return
+    body = _turn_body(run, steps)
+    worst = _worst_case(run, body)
+    if run.max_cost_usd is not None and run.cost_usd + worst > run.max_cost_usd:
+        message = (
+            f"Turn {run.turns + 1} could cost up to ${worst} and the run has spent "
+            f"${run.cost_usd} of its max_cost_usd ${run.max_cost_usd}: not sent."
+        )
+        if refuse:
+            raise ValidationFailed(
+                message, code="budget_exceeded", detail={"field": "max_cost_usd"}
+            )
+        _fail(run, "budget_exceeded", message)
+        return
+    owner = user or User.objects.only("id").get(id=run.user_id)
+    try:
+        job, _created = job_submit(user=owner, data=body)
+    except ApplicationError as exc:
+        if refuse:
+            raise
+        _fail(run, exc.code, f"Turn {run.turns + 1} was refused: {exc.message}")
+        return
+    run.turns += 1
+    index = max((s.index for s in steps), default=-1) + 1
+    step = AgentStep.objects.create(
+        run=run,
+        index=index,
+        turn=run.turns,
+        kind=AgentStep.Kind.MODEL,
+        status=AgentStep.Status.RUNNING,
+        job=job,
+    )
+    if run.status != AgentRun.Status.QUEUED:
+        run.status = AgentRun.Status.RUNNING
+    run.save(update_fields=["turns", "status", "updated_at"])
+    events.publish_step_on_commit(run, step)
+    events.publish_run_on_commit(run)  # its turns (and, from turn 2, its cost) changed
+
+
+def fail_run(run: AgentRun, *, code: str, message: str) -> None:
+    """End a locked run ``failed`` with this error (the sweep's approval timeout)."""
+    _fail(run, code, message)
+
+
+def _fail(run: AgentRun, code: str, message: str) -> None:
+    _finish(run, AgentRun.Status.FAILED, code=code, message=message)
+    logger.warning(
+        "agent run %s failed: %s: %s",
+        run.id,
+        code,
+        message,
+        extra={"agent_run_id": str(run.id), "error_code": code},
+    )
+
+
+def _finish(run: AgentRun, status: str, *, code: str = "", message: str = "") -> None:
+    run.status = status
+    run.error_code, run.error_message = code, message[:2000]
+    run.finished_at = timezone.now()
+    run.waiting_since = None
+    run.save(
+        update_fields=[
+            "status",
+            "error_code",
+            "error_message",
+            "finished_at",
+            "waiting_since",
+            "output",
+            "cost_usd",
+            "updated_at",
+        ]
+    )
+    stopped = AgentStep.objects.filter(
+        run=run,
+        kind=AgentStep.Kind.TOOL,
+        status__in=[AgentStep.Status.PENDING, AgentStep.Status.WAITING_APPROVAL],
+    ).update(status=AgentStep.Status.CANCELLED, finished_at=run.finished_at)
+    if stopped:
+        logger.info("agent run %s: %s waiting tool calls cancelled", run.id, stopped)
+    events.publish_run_on_commit(run)
+
+
+def _steps(run: AgentRun) -> list[AgentStep]:
+    return list(AgentStep.objects.filter(run=run).order_by("index"))
+
+
+def _cost(run: AgentRun) -> Decimal:
+    total = LlmJob.objects.filter(agent_step__run_id=run.id).aggregate(total=Sum("cost_usd"))
+    return total["total"] or Decimal(0)
+
+
+# --- The transitions of a turn's job ------------------------------------------------------------
+
+
+def _in_a_run(job: LlmJob) -> bool:
+    """The marker in the job's metadata, tested without a query (only a hint: the step's row
+    decides). A caller that left the column unread gets the lookup."""
+    if "metadata" not in job.__dict__:
+        return True
+    metadata = job.metadata
+    return isinstance(metadata, dict) and MARKER_KEY in metadata
+
+
+def agent_run_job_transition(job: LlmJob, transition: Transition) -> None:
+    """Move the job's run, inside the job's transition (registered in apps.py)."""
+    if transition not in _WATCHED or not _in_a_run(job):
+        return
+    if transition == Transition.RECOVERED and job.status != LlmJob.Status.FAILED:
+        return  # recovered into a retry: the turn is still on its way
+    step = AgentStep.objects.filter(job_id=job.id).first()
+    if step is None:
+        return
+    run = AgentRun.objects.select_for_update().get(id=step.run_id)
+    now = timezone.now()
+    if transition == Transition.CLAIMED:
+        if step.started_at is None:
+            step.started_at = now
+            step.save(update_fields=["started_at"])
+        if run.status == AgentRun.Status.QUEUED:
+            run.status = AgentRun.Status.RUNNING
+            run.save(update_fields=["status", "updated_at"])
+            events.publish_run_on_commit(run)
+        return
+    run.cost_usd = _cost(run)
+    if transition == Transition.COMPLETED:
+        _turn_completed(run, step, job)
+    elif transition == Transition.REQUEUED:
+        step.status, step.finished_at = AgentStep.Status.RUNNING, None
+        step.save(update_fields=["status", "finished_at"])
+        if run.status == AgentRun.Status.FAILED:
+            run.status = AgentRun.Status.RUNNING
+            run.error_code, run.error_message, run.finished_at = "", "", None
+            run.save(
+                update_fields=["status", "error_code", "error_message", "finished_at", "updated_at"]
+            )
+            logger.info("agent run %s resumes: turn %s requeued", run.id, step.turn)
+            events.publish_run_on_commit(run)
+    else:
+        cancelled = transition == Transition.CANCELLED
+        step.status = AgentStep.Status.CANCELLED if cancelled else AgentStep.Status.FAILED
+        step.finished_at = now
+        step.save(update_fields=["status", "finished_at"])
+        events.publish_step_on_commit(run, step)
+        if run.status in AgentRun.ACTIVE_STATUSES:
+            if cancelled:
+                _finish(run, AgentRun.Status.CANCELLED, code="cancelled", message="Turn cancelled.")
+            else:
+                _fail(run, job.error_code or "turn_failed", job.error_message or "Turn failed.")
+        else:
+            run.save(update_fields=["cost_usd", "updated_at"])
+
+
+def _turn_completed(run: AgentRun, step: AgentStep, job: LlmJob) -> None:
+    content = job.output_content or [{"type": "text", "text": job.output_text or ""}]
+    step.status = AgentStep.Status.COMPLETED
+    step.output = content
+    step.finished_at = timezone.now()
+    step.save(update_fields=["status", "output", "finished_at"])
+    events.publish_step_on_commit(run, step)
+    if run.status not in (AgentRun.Status.QUEUED, AgentRun.Status.RUNNING):
+        # Cancelled (or failed) while the turn ran: its answer is recorded, nothing follows.
+        run.save(update_fields=["cost_usd", "updated_at"])
+        return
+    calls = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+    if job.stop_reason != "tool_use" or not calls:
+        run.status = AgentRun.Status.COMPLETED
+        run.output = {"text": job.output_text or "", "content": content}
+        _finish(run, AgentRun.Status.COMPLETED)
+        logger.info("agent run %s completed in %s turns", run.id, run.turns)
+        return
+    if run.turns >= run.max_turns:
+        # The results could never go back: no tool runs for nothing.
+        _fail(run, "max_turns_exceeded", f"The run reached max_turns ({run.max_turns}).")
+        return
+    now = timezone.now()
+    tool_steps = []
+    for offset, call in enumerate(calls, start=1):
+        name = str(call.get("name", ""))
+        tool = registered_tool(name) if name in run.tools else None
+        tool_step = AgentStep(
+            run=run,
+            index=step.index + offset,
+            turn=step.turn,
+            kind=AgentStep.Kind.TOOL,
+            name=name[:64],
+            call_id=str(call.get("id", ""))[:128],
+            input=call.get("input"),
+            status=AgentStep.Status.PENDING,
+        )
+        if tool is None:
+            tool_step.status = AgentStep.Status.COMPLETED
+            tool_step.output, tool_step.is_error = f"Unknown tool: {name}", True
+            tool_step.started_at = tool_step.finished_at = now
+        elif tool.requires_approval:
+            tool_step.status = AgentStep.Status.WAITING_APPROVAL
+        tool_steps.append(tool_step)
+    AgentStep.objects.bulk_create(tool_steps)
+    for tool_step in tool_steps:
+        events.publish_step_on_commit(run, tool_step)
+    statuses = {s.status for s in tool_steps}
+    if AgentStep.Status.WAITING_APPROVAL in statuses:
+        run.status = AgentRun.Status.WAITING_APPROVAL
+        run.waiting_since = now
+        run.save(update_fields=["status", "waiting_since", "cost_usd", "updated_at"])
+        events.publish_run_on_commit(run)
+        _alert_approval(run, [s for s in tool_steps if s.status == s.Status.WAITING_APPROVAL])
+    elif AgentStep.Status.PENDING in statuses:
+        run.tools_enqueued_at = now
+        run.save(update_fields=["cost_usd", "tools_enqueued_at", "updated_at"])
+        events.publish_run_on_commit(run)  # its cost changed
+        agent_tools_enqueue_on_commit(run.id)
+    else:
+        run.save(update_fields=["cost_usd", "updated_at"])
+        _submit_turn(run, steps=_steps(run))
+
+
+def _alert_approval(run: AgentRun, steps: list[AgentStep]) -> None:
+    # Imported here: alerts imports the jobs app, which must not import alerts at start.
+    from alerts.destinations import destinations_for
+    from alerts.notifications import alert_create
+
+    names = ", ".join(f"{s.name} ({s.call_id})" for s in steps)
+    alert_create(
+        fingerprint=f"agent_approval:{run.id}:{steps[0].call_id}"[:255],
+        severity="WARNING",
+        action="trigger",
+        source="agent_approval",
+        title=f"Agent run {run.id} waits for approval: {names}",
+        body=(
+            f"Agent run {run.id} (feature {run.feature}) asks to call {names}. Approve or reject "
+            f"it in the admin or with POST /api/v1/agent-runs/{run.id}/approvals/<call_id>/; it "
+            f"fails with approval_timeout after {settings.LLM_AGENT_APPROVAL_TIMEOUT_SECONDS:g} s."
+        ),
+        details={
+            "agent_run_id": str(run.id),
+            "calls": [{"name": s.name, "call_id": s.call_id, "input": s.input} for s in steps],
+        },
+        destinations=destinations_for(severity="WARNING"),
+    )
+
+
+# --- Tool calls ---------------------------------------------------------------------------------
+
+
+def agent_tools_enqueue_on_commit(run_id: uuid.UUID) -> None:
+    """Put the run's tool task on the default queue once the transaction commits. Redis being
+    down never fails the caller: the reconciler's sweep enqueues it again (agents/sweep.py)."""
+    from agents.runner import agent_tools_enqueue
+
+    transaction.on_commit(lambda: agent_tools_enqueue(run_id=run_id), robust=True)
+
+
+def agent_step_claim(*, step_id: int, lease_seconds: float) -> AgentStep | None:
+    """pending -> running for one tool call, only while its run is running: one conditional
+    UPDATE, exactly one winner. Returns the claimed step, or None."""
+    with transaction.atomic():
+        step = AgentStep.objects.filter(id=step_id).only("id", "run_id").first()
+        if step is None:
+            return None
+        run = AgentRun.objects.select_for_update().only("id", "status").get(id=step.run_id)
+        if run.status != AgentRun.Status.RUNNING:
+            return None
+        now = timezone.now()
+        if not AgentStep.objects.filter(id=step_id, status=AgentStep.Status.PENDING).update(
+            status=AgentStep.Status.RUNNING,
+            attempts=F("attempts") + 1,
+            started_at=now,
+            lease_until=now + timedelta(seconds=lease_seconds),
+        ):
+            return None
+        claimed = AgentStep.objects.get(id=step_id)
+        events.publish_step_on_commit(run, claimed)
+        return claimed
+
+
+@transaction.atomic
+def agent_step_record(*, step_id: int, attempt: int, outcome: ToolOutcome) -> bool:
+    """running -> completed with the call's result, only for the attempt that ran: a call the
+    sweep took back meanwhile (lease lapsed) is recorded by its next attempt instead."""
+    now = timezone.now()
+    recorded = AgentStep.objects.filter(
+        id=step_id, status=AgentStep.Status.RUNNING, attempts=attempt
+    ).update(
+        status=AgentStep.Status.COMPLETED,
+        output=outcome.output,
+        is_error=outcome.is_error,
+        finished_at=now,
+        lease_until=None,
+    )
+    if recorded:
+        step = AgentStep.objects.select_related("run").get(id=step_id)
+        events.publish_step_on_commit(step.run, step)
+    return bool(recorded)
+
+
+@transaction.atomic
+def agent_run_advance(*, run_id: uuid.UUID) -> bool:
+    """Once every tool call of the current turn is completed, submit the next turn (or stop at
+    a limit). Safe to call any number of times: the run's lock and its last step decide."""
+    run = AgentRun.objects.select_for_update().filter(id=run_id).first()
+    if run is None or run.status != AgentRun.Status.RUNNING:
+        return False
+    steps = _steps(run)
+    if not steps or steps[-1].kind != AgentStep.Kind.TOOL:
+        return False  # a model turn is under way
+    current = [s for s in steps if s.turn == steps[-1].turn and s.kind == AgentStep.Kind.TOOL]
+    if any(s.status != AgentStep.Status.COMPLETED for s in current):
+        return False
+    run.cost_usd = _cost(run)
+    _submit_turn(run, steps=steps)
+    return True
+
+
+# --- Approval and cancel ------------------------------------------------------------------------
+
+
+@transaction.atomic
+def agent_step_decide(
+    *, run: AgentRun, call_id: str, approve: bool, reason: str, user: User
+) -> AgentRun:
+    """Approve (the tool runs) or reject (the model gets an error result with the reason) one
+    waiting tool call. Once no call waits, the run goes on."""
+    locked = AgentRun.objects.select_for_update().get(id=run.id)
+    step = AgentStep.objects.filter(run=locked, call_id=call_id, kind=AgentStep.Kind.TOOL).first()
+    if step is None:
+        raise NotFound("No such tool call in this run.", code="call_not_found")
+    if step.status != AgentStep.Status.WAITING_APPROVAL or (
+        locked.status != AgentRun.Status.WAITING_APPROVAL
+    ):
+        raise Conflict(
+            f"This call is {step.status}; the run is {locked.status}.",
+            code="not_waiting_approval",
+            detail={"status": step.status, "run_status": locked.status},
+        )
+    now = timezone.now()
+    step.approved_by = user
+    step.decision_reason = reason[:2000]
+    if approve:
+        step.status = AgentStep.Status.PENDING
+    else:
+        step.status = AgentStep.Status.COMPLETED
+        step.is_error = True
+        step.output = f"Rejected by a reviewer: {reason}" if reason else "Rejected by a reviewer."
+        step.started_at = step.finished_at = now
+    step.save(
+        update_fields=[
+            "status",
+            "approved_by",
+            "decision_reason",
+            "is_error",
+            "output",
+            "started_at",
+            "finished_at",
+        ]
+    )
+    events.publish_step_on_commit(locked, step)
+    logger.info(
+        "agent run %s: call %s (%s) %s by %s",
+        locked.id,
+        call_id,
+        step.name,
+        "approved" if approve else "rejected",
+        user.username,
+        extra={"agent_run_id": str(locked.id)},
+    )
+    steps = _steps(locked)
+    if any(s.status == AgentStep.Status.WAITING_APPROVAL for s in steps):
+        return locked
+    locked.status = AgentRun.Status.RUNNING
+    locked.waiting_since = None
+    if any(s.status == AgentStep.Status.PENDING for s in steps):
+        locked.tools_enqueued_at = now
+        locked.save(update_fields=["status", "waiting_since", "tools_enqueued_at", "updated_at"])
+        events.publish_run_on_commit(locked)
+        agent_tools_enqueue_on_commit(locked.id)
+    else:
+        locked.save(update_fields=["status", "waiting_since", "updated_at"])
+        events.publish_run_on_commit(locked)
+        locked.cost_usd = _cost(locked)
+        _submit_turn(locked, steps=steps)
+    return locked
+
+
+def _current_job(run_id: uuid.UUID) -> LlmJob | None:
+    step = (
+        AgentStep.objects.filter(run_id=run_id, kind=AgentStep.Kind.MODEL)
+        .select_related("job")
+        .order_by("-index")
+        .first()
+    )
+    return step.job if step is not None else None
+
+
+def agent_run_cancel(*, run: AgentRun) -> AgentRun:
+    """Cancel a run that has not ended: its turn's job is cancelled (a running one stops, as a
+    job's cancel does: its worker closes the stream and books what streamed), waiting tool
+    calls are cancelled and no further step starts. A tool call already running ends and is
+    recorded. A completed or cancelled run answers ``409 not_cancellable``."""
+    if run.status in AgentRun.FINAL_STATUSES:
+        raise _not_cancellable(run)
+    job = _current_job(run.id)
+    if job is not None and job.status in (*LlmJob.WAITING_STATUSES, LlmJob.Status.RUNNING):
+        try:
+            # Job first (its lock), then the run: as a job's transitions take them.
+            job_cancel(job=job, running=True)
+        except Conflict:
+            pass  # it ended meanwhile
+    with transaction.atomic():
+        locked = AgentRun.objects.select_for_update().get(id=run.id)
+        if locked.status == AgentRun.Status.CANCELLED:
+            return locked
+        if locked.status == AgentRun.Status.COMPLETED:
+            raise _not_cancellable(locked)
+        locked.cost_usd = _cost(locked)
+        _finish(locked, AgentRun.Status.CANCELLED, code="cancelled", message="Cancelled.")
+        logger.info("agent run %s cancelled", locked.id, extra={"agent_run_id": str(locked.id)})
+        return locked
+
+
+def _not_cancellable(run: AgentRun) -> Conflict:
+    return Conflict(
+        f"A {run.status} agent run cannot be cancelled.",
+        code="not_cancellable",
+        detail={"status": run.status},
+    )

@@ -1,0 +1,220 @@
+"""The agent tool registry: plain Python functions registered with ``@agent_tool``.
+
+Modules named in ``LLM_AGENT_TOOL_MODULES`` and every installed app's ``agent_tools.py`` are
+imported once per process (``AgentsConfig.ready``, web and workers alike); a module that fails
+to import, or a tool whose definition is wrong, is a system check error (agents/checks.py) that
+stops every manage.py command, ``rqworker`` included.
+
+A tool is called with its input's fields as keyword arguments, plus ``call_id`` (the model's
+``tool_use`` id, the same on every retry) when it accepts one; it returns a string or any JSON
+value. ``tool_call`` turns everything that can go wrong (``ToolError``, any other exception,
+input that fails the schema, an unknown tool, a timeout) into an error result: the run goes on.
+"""
+
+import importlib
+import inspect
+import json
+import logging
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from django.db import connections
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+__all__ = [
+    "AgentTool",
+    "ToolError",
+    "ToolOutcome",
+    "agent_tool",
+    "registered_tool",
+    "registered_tools",
+    "tool_call",
+    "tool_load_problems",
+    "tools_load",
+]
+
+logger = logging.getLogger(__name__)
+
+TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""The Messages API's rule for a tool name."""
+MAX_RESULT_CHARS = 100_000
+"""A tool result longer than this is cut (it goes into every later turn's prompt)."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ToolError(Exception):
+    """Raised by a tool to give the model an error result with this message."""
+
+
+class ToolDefinitionError(ValueError):
+    """A tool registered with a wrong name, schema or timeout (a programming error)."""
+
+
+@dataclass(frozen=True)
+class AgentTool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    function: Callable[..., Any] = field(compare=False)
+    requires_approval: bool = False
+    timeout: float = 60.0
+    accepts_call_id: bool = False
+
+    def definition(self) -> dict[str, Any]:
+        """What the model is told (a job's ``params.tools`` entry)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What a call gives back to the model: the ``tool_result`` content and whether it failed."""
+
+    output: str
+    is_error: bool
+
+
+_registry: dict[str, AgentTool] = {}
+_load_problems: list[str] = []
+_loaded = False
+
+
+def agent_tool(
+    description: str,
+    input_schema: dict[str, Any],
+    name: str | None = None,
+    requires_approval: bool = False,
+    timeout: float = 60,
+) -> Callable[[F], F]:
+    """Register the decorated function as a tool under its name (or ``name``)."""
+
+    def register(function: F) -> F:
+        tool_name = name or function.__name__
+        where = f"{function.__module__}.{function.__qualname__}"
+        if not TOOL_NAME_RE.fullmatch(tool_name):
+            raise ToolDefinitionError(f"{where}: tool name {tool_name!r} must match {TOOL_NAME_RE}")
+        if not isinstance(description, str) or not description.strip():
+            raise ToolDefinitionError(f"{where}: a tool needs a description")
+        if not isinstance(input_schema, dict) or input_schema.get("type") != "object":
+            raise ToolDefinitionError(f'{where}: input_schema must have "type": "object"')
+        try:
+            Draft202012Validator.check_schema(input_schema)
+        except SchemaError as exc:
+            raise ToolDefinitionError(f"{where}: input_schema is not valid: {exc.message}") from exc
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ToolDefinitionError(f"{where}: timeout must be a positive number of seconds")
+        existing = _registry.get(tool_name)
+        if existing is not None and existing.function is not function:
+            same = (existing.function.__module__, existing.function.__qualname__) == (
+                function.__module__,
+                function.__qualname__,
+            )
+            if not same:  # a module imported twice (tests reload) registers the same function
+                raise ToolDefinitionError(f"{where}: a tool named {tool_name!r} already exists")
+        parameters = inspect.signature(function).parameters
+        accepts_call_id = "call_id" in parameters or any(
+            p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+        )
+        _registry[tool_name] = AgentTool(
+            name=tool_name,
+            description=description.strip(),
+            input_schema=input_schema,
+            function=function,
+            requires_approval=requires_approval,
+            timeout=float(timeout),
+            accepts_call_id=accepts_call_id,
+        )
+        return function
+
+    return register
+
+
+def tools_load(*, modules: list[str], app_modules: list[str]) -> list[str]:
+    """Import the tool modules: each named one (must exist) and each app's ``agent_tools``
+    (optional). Returns the problems found, also kept for the system check."""
+    global _loaded
+    problems: list[str] = []
+    for module, required in [(m, True) for m in modules] + [(m, False) for m in app_modules]:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if required or exc.name != module:
+                problems.append(f"agent tool module {module!r} cannot be imported: {exc}")
+        except Exception as exc:  # a tool module's own error: reported, the process stops
+            problems.append(f"agent tool module {module!r} failed to import: {exc!r}")
+    _load_problems[:] = problems
+    _loaded = True
+    for problem in problems:
+        logger.error("%s", problem)
+    return problems
+
+
+def tool_load_problems() -> list[str]:
+    return list(_load_problems)
+
+
+def registered_tool(name: str) -> AgentTool | None:
+    return _registry.get(name)
+
+
+def registered_tools() -> dict[str, AgentTool]:
+    return dict(_registry)
+
+
+def _as_text(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text[:MAX_RESULT_CHARS]
+
+
+def tool_call(*, name: str, tool_input: Any, call_id: str) -> ToolOutcome:
+    """Run one tool call to its end or its timeout; never raises."""
+    tool = _registry.get(name)
+    if tool is None:
+        return ToolOutcome(f"Unknown tool: {name}", True)
+    if not isinstance(tool_input, dict):
+        return ToolOutcome("Invalid input: the input must be a JSON object", True)
+    problems = sorted(
+        Draft202012Validator(tool.input_schema).iter_errors(tool_input), key=lambda e: e.path
+    )
+    if problems:
+        first = problems[0]
+        where = "/".join(str(p) for p in first.path) or "(input)"
+        return ToolOutcome(f"Invalid input at {where}: {first.message}", True)
+    kwargs = dict(tool_input)
+    if tool.accepts_call_id:
+        kwargs["call_id"] = call_id
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = tool.function(**kwargs)
+        except BaseException as exc:  # noqa: BLE001 (a tool's failure is the model's to see)
+            box["error"] = exc
+        finally:
+            connections.close_all()  # this thread's own connections, if the tool used any
+
+    # A daemon thread: a call past its timeout cannot be stopped, only left behind (the task's
+    # process ends it).
+    thread = threading.Thread(target=call, name=f"agent-tool-{name}", daemon=True)
+    thread.start()
+    thread.join(tool.timeout)
+    if thread.is_alive():
+        return ToolOutcome(f"Timed out after {tool.timeout:g} s", True)
+    if "error" in box:
+        error = box["error"]
+        if isinstance(error, ToolError):
+            return ToolOutcome(str(error) or "Tool error", True)
+        logger.warning("agent tool %s raised %r", name, error)
+        return ToolOutcome(f"{type(error).__name__}: {error}", True)
+    try:
+        return ToolOutcome(_as_text(box.get("value")), False)
+    except (TypeError, ValueError) as exc:
+        return ToolOutcome(f"The tool's result is not JSON: {exc}", True)

@@ -1,0 +1,169 @@
+"""Validation of a submitted agent run: its own fields, then its first turn by the rules of a
+job (jobs/validation.py, jobs/admission.py), so that a run is accepted exactly when its first
+turn would be. Every refusal is a ``400`` with a stable code and the field; nothing is written.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from agents.tools import registered_tool
+from api.errors import ValidationFailed
+from jobs.admission import check_against_price_table, check_budgets_not_spent
+from jobs.validation import validate_job_request
+
+__all__ = [
+    "DEFAULT_MAX_TURNS",
+    "MARKER_KEY",
+    "MAX_TURNS",
+    "AgentRunRequest",
+    "validate_agent_run_request",
+]
+
+ALLOWED_FIELDS = {
+    "feature",
+    "model",
+    "messages",
+    "max_tokens",
+    "tools",
+    "system",
+    "max_turns",
+    "max_cost_usd",
+    "metadata",
+}
+DEFAULT_MAX_TURNS = 10
+MAX_TURNS = 50
+MAX_USER_CACHE_BREAKPOINTS = 2
+"""The API takes 4 ``cache_control`` blocks a request; each turn adds 2 of its own
+(agents/transcript.py)."""
+MARKER_KEY = "llmops_agent_run"
+"""The key of a turn job's ``metadata`` naming its run (``{"id": "<run id>", "turn": n}``);
+reserved, so a run may not send it."""
+
+
+@dataclass(frozen=True)
+class AgentRunRequest:
+    feature: str
+    model: str
+    messages: list[dict[str, Any]]
+    max_tokens: int
+    system: Any
+    tools: list[str]
+    max_turns: int
+    max_cost_usd: Decimal | None
+    metadata: dict[str, Any]
+
+    def fingerprint(self) -> str:
+        fields = {**self.__dict__, "max_cost_usd": str(self.max_cost_usd)}
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _fail(code: str, message: str, field: str) -> ValidationFailed:
+    return ValidationFailed(message, code=code, detail={"field": field})
+
+
+def _tools(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise _fail("invalid_tools", "tools must be a list of registered tool names.", "tools")
+    if len(set(value)) != len(value):
+        raise _fail("invalid_tools", "tools names a tool twice.", "tools")
+    for i, name in enumerate(value):
+        if registered_tool(name) is None:
+            raise ValidationFailed(
+                f"No tool named {name!r} is registered.",
+                code="unknown_tool",
+                detail={"field": f"tools[{i}]", "tool": name},
+            )
+    return list(value)
+
+
+def _max_turns(value: Any) -> int:
+    if value is None:
+        return DEFAULT_MAX_TURNS
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TURNS:
+        raise _fail(
+            "invalid_max_turns", f"max_turns must be an integer from 1 to {MAX_TURNS}.", "max_turns"
+        )
+    return value
+
+
+def _max_cost(value: Any) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise InvalidOperation
+        cost = Decimal(str(value))
+    except InvalidOperation:
+        cost = Decimal(-1)
+    if not cost.is_finite() or cost <= 0 or cost >= Decimal("1e10"):
+        raise _fail(
+            "invalid_max_cost_usd", "max_cost_usd must be a positive amount in USD.", "max_cost_usd"
+        )
+    return cost.quantize(Decimal("0.000001"))
+
+
+def _count_breakpoints(value: Any) -> int:
+    if isinstance(value, dict):
+        own = 1 if "cache_control" in value else 0
+        return own + sum(_count_breakpoints(v) for k, v in value.items() if k != "cache_control")
+    if isinstance(value, list):
+        return sum(_count_breakpoints(v) for v in value)
+    return 0
+
+
+def validate_agent_run_request(data: Any, *, user: User) -> AgentRunRequest:
+    if not isinstance(data, dict):
+        raise ValidationFailed("The body must be a JSON object.", code="invalid_body")
+    unknown = sorted(set(data) - ALLOWED_FIELDS)
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown fields: {', '.join(unknown)}.",
+            code="unknown_field",
+            detail={"fields": unknown},
+        )
+    tools = _tools(data.get("tools"))
+    max_turns = _max_turns(data.get("max_turns"))
+    max_cost = _max_cost(data.get("max_cost_usd"))
+    metadata = data.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise _fail("invalid_metadata", "metadata must be a JSON object.", "metadata")
+    if MARKER_KEY in (metadata or {}):
+        raise _fail(
+            "invalid_metadata",
+            f"metadata.{MARKER_KEY} is reserved: the run sets it on its turns' jobs.",
+            f"metadata.{MARKER_KEY}",
+        )
+    # The first turn as a job: every rule of a job's fields applies.
+    body = {
+        key: data[key]
+        for key in ("feature", "model", "messages", "max_tokens", "system")
+        if key in data
+    }
+    request = validate_job_request(body)
+    check_against_price_table(model=request.model, max_tokens=request.max_tokens)
+    if _count_breakpoints([request.messages, request.system]) > MAX_USER_CACHE_BREAKPOINTS:
+        raise _fail(
+            "invalid_messages",
+            f"At most {MAX_USER_CACHE_BREAKPOINTS} cache_control blocks: each turn adds two.",
+            "messages",
+        )
+    check_budgets_not_spent(feature=request.feature, user=user)
+    return AgentRunRequest(
+        feature=request.feature,
+        model=request.model,
+        messages=request.messages,
+        max_tokens=request.max_tokens,
+        system=request.system,
+        tools=tools,
+        max_turns=max_turns,
+        max_cost_usd=max_cost,
+        metadata=metadata or {},
+    )

@@ -1,0 +1,86 @@
+"""Tools of the agent tests. Each call that runs is counted in Redis (a list per call id), so
+that a test sees how many times each call really ran, whatever process ran it."""
+
+import time
+from typing import Any
+
+import django_rq
+
+from agents.tools import ToolError, agent_tool
+
+CALLS_KEY = "tests:agent-tool-calls"
+
+
+def record(name: str, call_id: str) -> None:
+    django_rq.get_connection("default").rpush(CALLS_KEY, f"{name}:{call_id}")
+
+
+def calls() -> list[str]:
+    return [c.decode() for c in django_rq.get_connection("default").lrange(CALLS_KEY, 0, -1)]
+
+
+NUMBERS = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
+
+
+@agent_tool(description="Add two integers.", input_schema=NUMBERS)
+def add(*, a: int, b: int, call_id: str) -> dict[str, Any]:
+    record("add", call_id)
+    return {"sum": a + b}
+
+
+@agent_tool(
+    description="Echo a text.",
+    input_schema={"type": "object", "properties": {"text": {"type": "string"}}},
+)
+def echo(*, call_id: str, text: str = "") -> str:
+    record("echo", call_id)
+    return text
+
+
+@agent_tool(description="Always raises.", input_schema={"type": "object"})
+def explode(*, call_id: str) -> str:
+    record("explode", call_id)
+    raise RuntimeError("the tool broke")
+
+
+@agent_tool(description="Refuses politely.", input_schema={"type": "object"})
+def refuse() -> str:
+    raise ToolError("not today")
+
+
+@agent_tool(
+    description="Sleeps, then answers (its timeout is 1 s).",
+    input_schema={"type": "object", "properties": {"seconds": {"type": "number"}}},
+    timeout=1,
+)
+def sleepy(*, seconds: float = 3, call_id: str) -> str:
+    record("sleepy", call_id)
+    time.sleep(seconds)
+    return "woke up"
+
+
+@agent_tool(
+    description="A slow side effect (for killing its worker mid-call).",
+    input_schema={"type": "object", "properties": {"seconds": {"type": "number"}}},
+    timeout=30,
+)
+def slow_effect(*, seconds: float = 0, call_id: str) -> str:
+    record("slow_effect:start", call_id)
+    time.sleep(seconds)
+    record("slow_effect", call_id)
+    return "done"
+
+
+@agent_tool(
+    description="Needs a human's approval.",
+    input_schema={"type": "object", "properties": {"note": {"type": "string"}}},
+    requires_approval=True,
+)
+def guarded(*, note: str = "", call_id: str) -> str:
+    record("guarded", call_id)
+    return f"guarded ran: {note}"
