@@ -48,7 +48,7 @@ from llmops.queues import LLM_QUEUE, job_lock_key
 from providers.base import ProviderOutcome, ProviderRequest
 from providers.call_deadline import CallDeadline
 from providers.ratelimit_headers import MAX_PAUSE_SECONDS
-from providers.registry import provider_for
+from providers.registry import provider_for, warm_up_providers
 from ratelimits.services import (
     RateLimitGrant,
     rate_limit_acquire,
@@ -219,6 +219,9 @@ def job_run(*, job_id: str, rq_job_id: str | None = None) -> str:
 
 
 def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
+    # The providers' SDKs loaded before the job's lock is taken: a worker that did not warm up
+    # (a plain SimpleWorker) pays for it once, with no lock, claim or call deadline running.
+    warm_up_providers()
     started = time.monotonic()
     redis = queue_connection(LLM_QUEUE)
     lock = redis.lock(job_lock_key(job_id), timeout=_lock_ttl(), blocking=False, thread_local=False)
@@ -332,9 +335,6 @@ def _attempt(
 ) -> str:
     release_connection()  # no connection is held while the provider answers
     provider = provider_for(job.model)
-    # Its SDK loaded before the deadline starts: a worker that did not warm up (a plain
-    # SimpleWorker) pays for it once, outside any call's time.
-    provider.warm_up()
     deadline = CallDeadline(provider.call_deadline_for(job.max_tokens))
     record = _RecordWindow(job=job, started=time.monotonic() if started is None else started)
     live = LiveOutput(job_id=job.id, user_id=job.user_id, attempt=job.attempts)

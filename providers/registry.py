@@ -5,7 +5,7 @@ import functools
 from providers.anthropic_api import AnthropicProvider
 from providers.base import Provider
 
-__all__ = ["get_provider", "provider_for"]
+__all__ = ["get_provider", "provider_for", "warm_up_providers"]
 
 
 @functools.cache
@@ -17,3 +17,9 @@ def get_provider() -> Provider:
 def provider_for(model: str) -> Provider:
     """The provider that serves ``model``."""
     return get_provider()
+
+
+def warm_up_providers() -> None:
+    """Load and prepare every provider a call may go to (each does it once per process; its
+    SDK is not imported before)."""
+    get_provider().warm_up()

@@ -40,9 +40,9 @@ class PreloadingWorker(Worker):
             importlib.import_module(module)
         if LLM_QUEUE in _queue_names(args[0] if args else kwargs.get("queues", ())):
             # Only a worker that makes provider calls loads the SDK (about two seconds of CPU).
-            from providers.registry import get_provider
+            from providers.registry import warm_up_providers
 
-            get_provider().warm_up()
+            warm_up_providers()
         super().__init__(*args, **kwargs)
         named_once(self.connection)  # a work horse opens its own connections for every job
 
