@@ -14,7 +14,7 @@ worker sent as ``Idempotency-Key``).
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from django.db.models import Count
 
@@ -23,6 +23,7 @@ from chaos.record import DrillRecord
 from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
+from ledger.pricing import MICRO_USD
 from metrics.selectors import counter_totals, ledger_totals
 
 __all__ = ["Check", "LedgerView", "job_checks"]
@@ -106,7 +107,8 @@ def _jobs_final(record: DrillRecord) -> Check:
         lost == 0
         and stuck_count == 0
         and recorded == len(failed)
-        and len(record.job_ids) + record.capped_refused_at_submit == record.options.jobs
+        and len(record.job_ids) - len(record.agent_job_ids) + record.capped_refused_at_submit
+        == record.options.jobs
     )
     figures = (
         f"{found - stuck_count}/{len(record.job_ids)} final: "
@@ -120,6 +122,12 @@ def _jobs_final(record: DrillRecord) -> Check:
         )
     )
     return Check("jobs all final", passed, figures + (f" (e.g. {examples})" if examples else ""))
+
+
+def _as_booked(cost: Decimal) -> Decimal:
+    """A provider's amount as the ledger books it: in micro-dollars, half up
+    (ledger/pricing.py). A cache write at 1.25 times the input rate bills fractions of one."""
+    return cost.quantize(MICRO_USD, rounding=ROUND_HALF_UP)
 
 
 def _money(record: DrillRecord, view: LedgerView) -> list[Check]:
@@ -136,11 +144,11 @@ def _money(record: DrillRecord, view: LedgerView) -> list[Check]:
     differ = [
         rid
         for rid, cost in view.exact.items()
-        if rid in by_request and by_request[rid].cost_usd != cost
+        if rid in by_request and _as_booked(by_request[rid].cost_usd) != cost
     ]
     ledger_exact = sum(view.exact.values(), Decimal(0))
     billed_for_those = sum(
-        (by_request[r].cost_usd for r in view.exact if r in by_request), Decimal(0)
+        (_as_booked(by_request[r].cost_usd) for r in view.exact if r in by_request), Decimal(0)
     )
     exact = Check(
         "ledger exact = provider billed",

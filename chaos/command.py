@@ -50,6 +50,13 @@ def add_arguments(parser: CommandParser) -> None:
         help="seconds the jobs get to end after the load",
     )
     parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument(
+        "--agent-runs",
+        type=int,
+        default=defaults.agent_runs,
+        help="agent runs to start along the jobs (3 turns, 3 tool calls each); checks that "
+        "every run ends and that no completed tool call runs again",
+    )
     parser.add_argument("--log-dir", type=Path, default=None, help="default: a temp dir")
     parser.add_argument(
         "--yes-really",
@@ -75,6 +82,7 @@ def handle(command: BaseCommand, opts: dict[str, Any]) -> None:
         llm_workers=opts["llm_workers"],
         drain_timeout=opts["drain_timeout"],
         seed=opts["seed"],
+        agent_runs=opts["agent_runs"],
         log_dir=opts["log_dir"],
         yes_really=opts["yes_really"],
     )

@@ -6,6 +6,7 @@ Whatever happens (a check failing, an error, Ctrl-C, SIGTERM), every process sta
 stopped and the alert routes and budget made for the drill are removed.
 """
 
+import json
 import logging
 import os
 import signal
@@ -27,10 +28,13 @@ from django.contrib.auth.models import User
 from django.db.models import Count
 from django.utils import timezone
 
+from agents.models import AgentRun, AgentStep
+from agents.services import agent_run_create
 from alerts.dispatch import LOST_DELIVERY_GRACE_SECONDS, UNALERTED_FAILURE_GRACE_SECONDS
 from alerts.models import AlertDelivery, AlertFingerprint
 from api.errors import LimitExceeded
 from chaos import events
+from chaos.agent_tools import CHAOS_AGENT_LOG, TOOL
 from chaos.conductor import Conductor, active_faults
 from chaos.plan import DrillOptions, knobs, timeline
 from chaos.processes import ROOT, Stack, free_port, wait_until
@@ -56,6 +60,8 @@ __all__ = ["Drill"]
 T = TypeVar("T")
 
 FEATURES = ("chaos-classify", "chaos-summarize", "chaos-extract")
+AGENT_FEATURE = "chaos-agent"
+AGENT_MODEL = "claude-sonnet-4-6"
 MODELS = ("claude-haiku-4-5", "claude-sonnet-4-6")
 CAPPED_EVERY = 10
 """Every tenth job has the capped feature (chaos/setup.py)."""
@@ -105,6 +111,7 @@ class Drill:
         self.user: User | None = None
         self._clock = time.monotonic()
         self._last_progress = -PROGRESS_SECONDS
+        self._agent_log = ""
 
     def run(self, evaluate: Callable[[DrillRecord], T]) -> T:
         """Run the drill; ``evaluate(record)`` runs at its end, before the set-up is removed.
@@ -137,6 +144,8 @@ class Drill:
         log_dir = self.options.log_dir or Path(tempfile.mkdtemp(prefix="llm_chaos-"))
         log_dir.mkdir(parents=True, exist_ok=True)
         record.log_dir = str(log_dir)
+        # The tool is registered in this process by the import of chaos.agent_tools above.
+        self._agent_log = record.agent_tool_log = str(log_dir / "agent-tool-calls.log")
         with _sigterm_as_interrupt(), _quiet_logs(), ExitStack() as cleanup:
             user = self.user = drill_user_ensure()
             record.user_id = user.id
@@ -201,6 +210,9 @@ class Drill:
             LOG_LEVEL="INFO",
         )
         env.update({knob.setting: knob.value for knob in knobs(self.options)})
+        if self.options.agent_runs:
+            env["LLM_AGENT_TOOL_MODULES"] = "agents.demo_tools,chaos.agent_tools"
+            env[CHAOS_AGENT_LOG] = self._agent_log
         return env
 
     def _start(self, stack: Stack) -> tuple[FakeProvider, str]:
@@ -262,6 +274,40 @@ class Drill:
             if limit > 0:
                 record.capped_budget_id = drill_capped_budget_create(limit_usd=limit).id
 
+    def _start_agent_run(self, record: DrillRecord, submitted: int) -> None:
+        """One agent run every jobs / agent_runs jobs: three turns, the first with two calls of
+        the counted tool at once, the second with one, then the answer."""
+        runs = self.options.agent_runs
+        if not runs or len(record.agent_run_ids) >= runs:
+            return
+        if submitted % max(1, self.options.jobs // runs):
+            return
+        assert self.user is not None
+        index = len(record.agent_run_ids)
+        assert AGENT_MODEL in MODELS
+        script = [
+            [{"name": TOOL, "input": {"n": 1}}, {"name": TOOL, "input": {"n": 2}}],
+            [{"name": TOOL, "input": {"n": 3}}],
+            "done",
+        ]
+        run, _ = agent_run_create(
+            user=self.user,
+            data={
+                "feature": AGENT_FEATURE,
+                # Not the model the kill-waiting fault limits: the runs leave that scenario alone.
+                "model": AGENT_MODEL,
+                "max_tokens": 128,
+                "tools": [TOOL],
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": f"Agent run {index}. fake_tool_script={json.dumps(script)}",
+                    }
+                ],
+            },
+        )
+        record.agent_run_ids.append(str(run.id))
+
     def _load(self, record: DrillRecord, conductor: Conductor, stack: Stack) -> None:
         options = self.options
         self.say(
@@ -277,6 +323,7 @@ class Drill:
             while submitted < due:
                 self._submit(record, submitted)
                 submitted += 1
+                self._start_agent_run(record, submitted)
             conductor.tick(t)
             if t >= next_watch:
                 next_watch = t + 2.0
@@ -330,9 +377,19 @@ class Drill:
             left = LlmJob.objects.filter(id__in=record.job_ids).exclude(
                 status__in=LlmJob.FINAL_STATUSES
             )
-            if not left.exists():
+            runs_left = AgentRun.objects.filter(
+                id__in=record.agent_run_ids, status__in=AgentRun.ACTIVE_STATUSES
+            )
+            if not left.exists() and not runs_left.exists():
                 break
             time.sleep(1.0)
+        if record.agent_run_ids:
+            # Their turns are jobs of the drill: every job check covers them from here on.
+            turn_jobs = AgentStep.objects.filter(
+                run_id__in=record.agent_run_ids, job__isnull=False
+            ).values_list("job_id", flat=True)
+            record.agent_job_ids = [str(job_id) for job_id in turn_jobs]
+            record.job_ids += record.agent_job_ids
         record.drain_seconds = time.monotonic() - started
         self.say(f"drain: {record.drain_seconds:.0f} s after the load")
 

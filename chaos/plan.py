@@ -94,6 +94,8 @@ class DrillOptions:
     drain_timeout: float = 240.0
     """Seconds the jobs get to reach a final state after the load ends."""
     seed: int = 7
+    agent_runs: int = 0
+    """Agent runs started along the jobs (3 turns, 3 tool calls each); none by default."""
     log_dir: Path | None = None
     yes_really: bool = False
 

@@ -139,6 +139,11 @@ class DrillRecord:
     """Failure fingerprints already paged and still open (within ALERT_DEDUP_SECONDS) when the
     drill started, e.g. by an earlier drill: their new dead letters fold in, unpaged."""
     job_ids: list[str] = field(default_factory=list)
+    agent_run_ids: list[str] = field(default_factory=list)
+    """The agent runs started (``--agent-runs``); their turns' jobs join ``job_ids`` once the
+    drain is over (``agent_job_ids``), so that every job check covers them too."""
+    agent_job_ids: list[str] = field(default_factory=list)
+    agent_tool_log: str = ""
     kill: KillEvent | None = None
     flush: FlushEvent | None = None
     breaker: BreakerEvent | None = None

@@ -66,8 +66,11 @@ class Report:
 
 
 def evaluate(record: DrillRecord) -> list[Check]:
+    from chaos.agent_checks import agent_checks
+
     return [
         *job_checks(record),
+        *agent_checks(record),
         *budget_checks(record),
         *alert_checks(record),
         *fault_checks(record),

@@ -4,6 +4,7 @@ recorded turns are never paid again; an interrupted call runs again with the sam
 
 import time
 from datetime import timedelta
+from decimal import Decimal
 
 import django_rq
 import pytest
@@ -148,3 +149,39 @@ def test_a_redis_flush_mid_run_is_resumed_by_the_sweep_and_the_reconciler(
     assert result["status"] == "completed" and result["turns"] == 3
     assert [c.split(":")[0] for c in ran + calls()] == ["add", "echo"]
     assert fake_provider.stats()["requests"] == 3
+
+
+def test_cancel_of_a_run_mid_turn_closes_the_turns_stream_and_books_what_streamed(
+    alice_client,
+    fake_provider,
+    processes,  # noqa: F811
+):
+    # 20,000 tokens at 1,000 a second: a turn that streams for 20 s.
+    fake_provider.http.post(
+        "/_fake/faults", json={"stream_tokens_per_second": 1000}
+    ).raise_for_status()
+    body = run_body(
+        max_tokens=20_000,
+        messages=[{"role": "user", "content": "Write the report. fake_output_tokens=20000"}],
+    )
+    run = start_run(alice_client, body)
+    job = LlmJob.objects.get()
+    processes.start(_env(fake_provider), "rqworker", LLM_QUEUE, "--burst")
+    wait_for(
+        lambda: len(
+            (alice_client.get(f"/api/v1/jobs/{job.id}/").json()["output"] or {}).get("partial_text")
+            or ""
+        )
+        > 2000,
+        seconds=60,
+    )
+    asked = time.monotonic()
+    response = alice_client.post(f"/api/v1/agent-runs/{run.id}/cancel/")
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+    wait_for(lambda: LlmJob.objects.get(id=job.id).status == "cancelled", seconds=10)
+    assert time.monotonic() - asked < 5
+    (entry,) = CostEntry.objects.filter(job=job)
+    assert entry.outcome == "cancelled" and entry.output_tokens < 20_000
+    result = detail(alice_client, run)
+    assert result["steps"][0]["status"] == "cancelled" and result["turns"] == 1
+    assert Decimal(result["cost_usd"]) == LlmJob.objects.get(id=job.id).cost_usd > 0
