@@ -78,10 +78,16 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
     input_bound = estimate_input_tokens(messages=job.messages, system=job.system)
     started = time.monotonic()
     deadline = started + settings.LLM_RATE_LIMIT_MAX_WAIT_SECONDS
+    recheck = _config_recheck_seconds()
+    configured, read_at = configured_limits(provider=provider, model=model), started
     while True:
-        # Read again at every ask: a wait must end as soon as staff remove or raise the limit
-        # that made it (within the config cache's period), not last as long as that limit said.
-        configured = configured_limits(provider=provider, model=model)
+        if time.monotonic() - read_at >= recheck:
+            # Read again during a wait: it must end soon after staff remove or raise the limit
+            # that made it, not last as long as that limit said.
+            configured, read_at = (
+                configured_limits(provider=provider, model=model),
+                time.monotonic(),
+            )
         try:
             verdict = limiter_reserve(
                 provider=provider,
@@ -118,11 +124,18 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
             # sleep outlasts the config cache's period: a removed limit ends the wait by then.
             sleep = verdict.ms / 1000
             if configured.any:
-                sleep = min(sleep, max(0.05, settings.LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS))
+                sleep = min(sleep, recheck)
             time.sleep(sleep + random.uniform(0, 0.02))
             continue
         hold = verdict.ms / 1000 + random.uniform(0, 0.05)
         return RateLimitGrant(provider, model, None, hold, verdict.reason, waited)
+
+
+def _config_recheck_seconds() -> float:
+    """How often a call waiting in process reads the configured limits again: the config
+    cache's period, and at least a second (a period of 0, as in tests, would otherwise send a
+    query, and take a database slot, at every ask of every waiting thread)."""
+    return max(1.0, settings.LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS)
 
 
 def rate_limit_sent(grant: RateLimitGrant) -> None:

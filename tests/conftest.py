@@ -250,6 +250,12 @@ class Workers:
 
     def __init__(self, queue_name: str = "llm") -> None:
         self.queue = django_rq.get_queue(queue_name)
+        if queue_name == "llm":
+            # As the project's worker class does at start (runtime/workers.py): the SDK is
+            # loaded once, before any job, so that a test's first job is timed like any other.
+            from providers.registry import warm_up_providers
+
+            warm_up_providers()
 
     def work_once(self) -> None:
         worker = SimpleWorker([self.queue], connection=self.queue.connection)
