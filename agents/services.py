@@ -84,10 +84,6 @@ def agent_run_create(
     fingerprint = request.fingerprint()
     key_hash = None
     if idempotency_key:
-        if len(idempotency_key) > 255:
-            raise ValidationFailed(
-                "Idempotency-Key must be at most 255 characters.", code="invalid_idempotency_key"
-            )
         key_hash = idempotency_key_hash(idempotency_key)
         existing = AgentRun.objects.filter(user=user, idempotency_key_hash=key_hash).first()
         if existing is not None:

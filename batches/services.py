@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from rq import Queue
 
-from api.errors import Conflict, ValidationFailed
+from api.errors import Conflict
 from batches.callbacks import callback_record
 from batches.events import flush_progress, progress_on_commit, publish_finished_on_commit
 from batches.models import Batch, BatchItem
@@ -77,10 +77,6 @@ def batch_submit(
 
     key_hash = fingerprint = None
     if idempotency_key:
-        if len(idempotency_key) > 255:
-            raise ValidationFailed(
-                "Idempotency-Key must be at most 255 characters.", code="invalid_idempotency_key"
-            )
         key_hash = idempotency_key_hash(idempotency_key)
         fingerprint = batch_request_fingerprint(data)
         existing = Batch.objects.filter(user=user, idempotency_key_hash=key_hash).first()

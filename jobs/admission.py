@@ -63,5 +63,14 @@ def check_budgets_not_spent(*, feature: str, user: User) -> None:
     )
 
 
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+
+
 def idempotency_key_hash(key: str) -> str:
+    """The stored hash of a client's Idempotency-Key (jobs, batches, agent runs); a key longer
+    than the column holds is refused with ``400 invalid_idempotency_key``."""
+    if len(key) > IDEMPOTENCY_KEY_MAX_LENGTH:
+        raise ValidationFailed(
+            "Idempotency-Key must be at most 255 characters.", code="invalid_idempotency_key"
+        )
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()

@@ -31,7 +31,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from api.errors import Conflict, ValidationFailed
+from api.errors import Conflict
 from jobs import breaker
 from jobs.admission import (
     check_against_price_table,
@@ -197,10 +197,6 @@ def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> 
 
     key_hash = None
     if idempotency_key:
-        if len(idempotency_key) > 255:
-            raise ValidationFailed(
-                "Idempotency-Key must be at most 255 characters.", code="invalid_idempotency_key"
-            )
         key_hash = idempotency_key_hash(idempotency_key)
         existing = LlmJob.objects.filter(user=user, idempotency_key_hash=key_hash).first()
         if existing is not None:
