@@ -70,10 +70,11 @@ stamp (the budget reservation and the claim come between, tens of ms on a loaded
 otherwise meet the provider's interval now and then; 2 % of a 5 s interval is 100 ms."""
 
 STRICT_LATE_TOLERANCE_MS = 40
-"""Under strict pacing, a call leaving up to this much after its slot moves nothing, a later one
-moves the slots given after it by the rest (sent.lua): at 120 RPM the 2 % stretch leaves 10 ms
-per interval, so 40 ms is absorbed by any provider interval of 4 calls (2 s) or more; moving
-every slot for a few ms late cost 6 % of the rate in bench/ratelimit.py."""
+"""Under strict pacing, a call leaving up to this much after its slot moves nothing; a later one
+moves the slots given after it that it came too close to, one interval apart (sent.lua): at
+120 RPM the 2 % stretch leaves 10 ms per interval, so 40 ms is absorbed by any provider
+interval of 4 calls (2 s) or more; moving every slot for a few ms late cost 6 % of the rate in
+bench/ratelimit.py."""
 
 _LUA = Path(__file__).resolve().parent / "lua"
 

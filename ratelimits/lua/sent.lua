@@ -4,10 +4,14 @@
 -- not come yet (moved behind a pause by settle.lua), or under a pause, is not stamped: the ms
 -- to wait are returned instead, and it asks again then. Returns 0 once stamped.
 --
--- Under strict pacing (a short interval learned) a call leaving later than its slot (a slow
--- budget or claim) would come closer to the next ones than the provider's interval allows:
--- the slots given after it move back by its lateness beyond ARGV 2 ms (what the stretched
--- interval absorbs), at least one interval apart from it.
+-- Under strict pacing (a short interval learned) a call leaving later than its slot by more
+-- than ARGV 2 ms (what the stretched interval absorbs; a slow budget or claim) would come
+-- closer to the next ones than the provider's interval allows: the slots given after it that
+-- are now too close move back, each one interval after the one before, and the next slot to
+-- give is at least one interval after the last of them. Slots already far enough ahead stay:
+-- moving every slot, and the pace, by each late call's lateness added the lateness of calls
+-- that left together (a loaded host: hundreds of late calls a second) and pushed the pace
+-- hundreds of seconds ahead of the rate, holding every job that long (the drill of 2026-12-03).
 --
 -- KEYS  1 window  2 pause  3 pace   ARGV  1 reservation id  2 lateness absorbed (ms)
 local t = redis.call('TIME')
@@ -18,18 +22,22 @@ local pause = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if pause > now then return math.floor(pause - now) end
 local tolerance = tonumber(ARGV[2])
 if slot and now - slot > tolerance and redis.call('HGET', KEYS[3], 'strict') == '1' then
-  local late = now - slot - tolerance
   local interval = tonumber(redis.call('HGET', KEYS[3], 'interval')) or 0
   local next_free = now + interval
   local ahead = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%d', now), '+inf',
     'WITHSCORES')
   for i = 1, #ahead, 2 do
-    local moved = math.max(tonumber(ahead[i + 1]) + late, next_free)
-    redis.call('ZADD', KEYS[1], string.format('%d', moved), ahead[i])
-    next_free = moved + interval
+    local score = tonumber(ahead[i + 1])
+    if score < next_free then
+      redis.call('ZADD', KEYS[1], string.format('%d', math.ceil(next_free)), ahead[i])
+      score = next_free
+    end
+    next_free = score + interval
   end
   local due = tonumber(redis.call('HGET', KEYS[3], 'tat') or '0') or 0
-  redis.call('HSET', KEYS[3], 'tat', string.format('%.3f', math.max(due + late, next_free)))
+  if next_free > due then
+    redis.call('HSET', KEYS[3], 'tat', string.format('%.3f', next_free))
+  end
 end
 redis.call('ZADD', KEYS[1], 'XX', 'GT', string.format('%d', now), ARGV[1])
 return 0

@@ -14,6 +14,7 @@ import pytest
 
 from llmops.queues import LLM_QUEUE, rate_limit_key
 from providers.ratelimit_headers import DEFAULT_PAUSE_SECONDS, learned_from_headers, pause_after_429
+from ratelimits.limiter import limiter_mark_sent
 from ratelimits.selectors import rate_limit_statuses
 from tests.ratelimits.conftest import (
     MODEL,
@@ -415,3 +416,21 @@ def test_a_limiter_that_starts_pacing_earns_its_burst(settings):
     assert burst_now() == 2
     time.sleep(max(0.0, started + 3.1 - time.monotonic()))
     assert burst_now() == 5
+
+
+def test_calls_leaving_late_under_strict_pacing_do_not_add_up_their_lateness(settings):
+    """Thirty paced calls all leave about a second after their slots (a loaded host: the budget
+    and the claim came between). The next call is still due about one interval after them, not
+    after the sum of their lateness: adding each late call's lateness to the pace pushed it
+    hundreds of seconds ahead in the full drill, and held every job of the model that long."""
+    settings.LLM_RATE_LIMIT_SLOW_START = True  # strict pacing from the start: a burst of one
+    settings.LLM_RATE_LIMIT_BURST_SECONDS = 0.1
+    settings.LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS = 60.0  # and it stays strict
+    given = [reserve(rpm=100, max_wait_ms=5000) for _ in range(30)]
+    assert all(verdict.admitted for verdict, _ in given), given
+    assert given[-1][0].ms >= 28 * 20  # one slot every 20.4 ms (20 ms and the 2 % stretch)
+    time.sleep(given[-1][0].ms / 1000 + 0.5)  # every slot has passed: each call is late
+    for _, reservation in given:
+        assert limiter_mark_sent(provider=PROVIDER, model=MODEL, reservation_id=reservation) == 0
+    verdict, _ = reserve(rpm=100, max_wait_ms=5000)
+    assert verdict.admitted and verdict.ms <= 100, verdict
