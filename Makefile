@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 # pytest-xdist workers for make test (each its own test database and Redis index, tests/parallel.py).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 5
 
 .PHONY: run token test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming chaos clean
 
@@ -58,7 +58,7 @@ typecheck: dev-venv
 
 test: dev-venv services browser tools lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
-		$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+		$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --maxschedchunk 1 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) db.sqlite3 staticfiles
