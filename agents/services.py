@@ -35,7 +35,7 @@ from django.utils import timezone
 from agents import events
 from agents.models import AgentRun, AgentStep
 from agents.tools import ToolOutcome, registered_tool
-from agents.transcript import turn_messages
+from agents.transcript import turn_messages, turn_messages_ref
 from agents.validation import MARKER_KEY, AgentRunRequest, validate_agent_run_request
 from api.errors import ApplicationError, Conflict, NotFound, ValidationFailed
 from jobs.admission import idempotency_key_hash
@@ -197,15 +197,18 @@ def _submit_turn(
         _fail(run, "budget_exceeded", message)
         return
     owner = user or User.objects.only("id").get(id=run.user_id)
+    index = max((s.index for s in steps), default=-1) + 1
+    # The job stores where its transcript is, not the transcript: stored per turn, a run's
+    # transcripts grew as the square of its length (jobs/message_refs.py).
+    ref = turn_messages_ref(run=run, before_step=index, messages=body["messages"])
     try:
-        job, _created = job_submit(user=owner, data=body)
+        job, _created = job_submit(user=owner, data=body, messages_ref=ref)
     except ApplicationError as exc:
         if refuse:
             raise
         _fail(run, exc.code, f"Turn {run.turns + 1} was refused: {exc.message}")
         return
     run.turns += 1
-    index = max((s.index for s in steps), default=-1) + 1
     step = AgentStep.objects.create(
         run=run,
         index=index,

@@ -11,9 +11,22 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from agents.models import AgentStep
+from agents.models import AgentRun, AgentStep
+from jobs.message_refs import make_ref
 
-__all__ = ["CACHE_BREAKPOINT", "tool_result_block", "transcript", "turn_messages"]
+__all__ = [
+    "CACHE_BREAKPOINT",
+    "TURN_REF",
+    "tool_result_block",
+    "transcript",
+    "turn_messages",
+    "turn_messages_ref",
+    "turn_messages_resolve",
+]
+
+TURN_REF = "agent_turn"
+"""The kind of a turn job's ``messages_ref`` (jobs/message_refs.py): the job stores its run and
+the index of its model step, not the transcript, which the run's earlier steps rebuild."""
 
 CACHE_BREAKPOINT = {"type": "ephemeral"}
 EMPTY_RESULT = "(no output)"
@@ -89,3 +102,18 @@ def turn_messages(
         marked[previous_end] = _mark_last_block(marked[previous_end])
     marked[-1] = _mark_last_block(marked[-1])
     return marked
+
+
+def turn_messages_ref(
+    *, run: AgentRun, before_step: int, messages: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The reference a turn's job stores: these ``messages`` are ``turn_messages`` of the run's
+    first messages and its steps before ``before_step`` (all completed, and never changed)."""
+    return make_ref(TURN_REF, messages, run=str(run.id), before_step=before_step)
+
+
+def turn_messages_resolve(ref: dict[str, Any]) -> list[dict[str, Any]]:
+    """Two queries: the run's first messages, and its steps before the turn."""
+    run = AgentRun.objects.only("messages").get(id=ref["run"])
+    steps = AgentStep.objects.filter(run_id=ref["run"], index__lt=ref["before_step"])
+    return turn_messages(messages=run.messages, steps=list(steps.order_by("index")))

@@ -7,6 +7,7 @@ from django.db.models import QuerySet
 
 from api.errors import ValidationFailed
 from dlq.models import FailureRecord
+from jobs.message_refs import resolve
 from ledger.pricing import upper_bound_cost
 from ledger.selectors import price_for_model
 
@@ -58,16 +59,24 @@ def failure_requeue_estimate(
 ) -> RequeueEstimate:
     """How many open records a bulk requeue would move and the most one attempt of each costs.
 
-    One query for the five job fields the bound needs: never the records' snapshots or messages,
+    One query for the six job fields the bound needs (and two per agent turn, whose transcript
+    is rebuilt): never the records' snapshots or messages,
     nor the jobs' outputs.
     """
     requests = records.filter(state=FailureRecord.State.OPEN).values_list(
-        "job__model", "job__messages", "job__system", "job__max_tokens", "job__params"
+        "job__model",
+        "job__messages",
+        "job__messages_ref",
+        "job__system",
+        "job__max_tokens",
+        "job__params",
     )
     prices: dict[str, object] = {}
     total = Decimal(0)
     count = 0
-    for job_model, messages, system, max_tokens, params in requests.iterator(chunk_size=500):
+    for job_model, messages, ref, system, max_tokens, params in requests.iterator(chunk_size=500):
+        if ref is not None:
+            messages = resolve(ref)  # an agent run's turn: its transcript, rebuilt
         run_model = model or job_model
         if run_model not in prices:
             prices[run_model] = price_for_model(model=run_model)

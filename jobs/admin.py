@@ -1,3 +1,4 @@
+import json
 from typing import Any
 
 from django.contrib import admin, messages
@@ -27,8 +28,15 @@ class LlmJobAdmin(admin.ModelAdmin):
     search_fields = ["=id", "idempotency_key"]
     list_select_related = ["user"]
     date_hierarchy = "created_at"
-    readonly_fields = [f.name for f in LlmJob._meta.fields]
+    readonly_fields = [f.name for f in LlmJob._meta.fields] + ["sent_messages"]
     actions = ["cancel_jobs"]
+
+    @admin.display(description="messages sent")
+    def sent_messages(self, job: LlmJob) -> str:
+        """An agent turn's transcript, rebuilt from its run (its row stores only messages_ref)."""
+        if job.messages_ref is None:
+            return "(the messages above)"
+        return json.dumps(job.request_messages, indent=1, ensure_ascii=False)
 
     @admin.action(
         description="Cancel the selected jobs (a running one's stream is closed)",

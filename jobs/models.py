@@ -37,7 +37,17 @@ class LlmJob(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
 
     # The request, as the provider will receive it.
-    messages = models.JSONField()
+    messages = models.JSONField(
+        help_text="Empty when messages_ref points at them (an agent run's turn)."
+    )
+    messages_ref = models.JSONField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Where the messages are kept instead (jobs/message_refs.py): an agent run's turn "
+            "names its run and step, and its transcript is rebuilt from the run's steps."
+        ),
+    )
     system = models.JSONField(null=True, blank=True)
     max_tokens = models.PositiveIntegerField()
     temperature = models.FloatField(null=True, blank=True)
@@ -151,9 +161,26 @@ class LlmJob(models.Model):
             return None
         return int((self.completed_at - self.started_at).total_seconds() * 1000)
 
+    @property
+    def request_messages(self) -> list:
+        """The messages sent for this job: its own, or those its ``messages_ref`` points at
+        (rebuilt once per instance, and checked against the digest taken at submit)."""
+        if self.messages_ref is None:
+            return self.messages
+        cached = getattr(self, "_resolved_messages", None)
+        if cached is None:
+            from jobs.message_refs import resolve
+
+            cached = self._resolved_messages = resolve(self.messages_ref)
+        return cached
+
     def provider_request(self) -> dict:
         """The Messages API body sent for this job."""
-        body: dict = {"model": self.model, "max_tokens": self.max_tokens, "messages": self.messages}
+        body: dict = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": self.request_messages,
+        }
         if self.system is not None:
             body["system"] = self.system
         if self.temperature is not None:

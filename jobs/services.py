@@ -32,7 +32,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from api.errors import Conflict
-from jobs import breaker
+from jobs import breaker, message_refs
 from jobs.admission import (
     check_against_price_table,
     check_budgets_not_spent,
@@ -187,9 +187,18 @@ def job_enqueue_again(*, job_id: uuid.UUID, lost_rq_job_id: str) -> bool:
 # --- Submit -------------------------------------------------------------------------------------
 
 
-def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> tuple[LlmJob, bool]:
+def job_submit(
+    *,
+    user: User,
+    data: Any,
+    idempotency_key: str | None = None,
+    messages_ref: dict[str, Any] | None = None,
+) -> tuple[LlmJob, bool]:
     """Validate, insert, enqueue on commit. Returns (job, created); a repeated idempotency key
-    returns the first job. Keys compare byte for byte: ``Key-A`` and ``key-a`` are two keys."""
+    returns the first job. Keys compare byte for byte: ``Key-A`` and ``key-a`` are two keys.
+
+    ``messages_ref`` (jobs/message_refs.py ``make_ref`` of ``data["messages"]``): the job stores
+    the reference instead of its messages, which are validated here all the same."""
     request = validate_job_request(data)
     check_against_price_table(model=request.model, max_tokens=request.max_tokens)
     check_budgets_not_spent(feature=request.feature, user=user)
@@ -211,6 +220,11 @@ def job_submit(*, user: User, data: Any, idempotency_key: str | None = None) -> 
                 idempotency_key=idempotency_key or None,
                 idempotency_key_hash=key_hash,
             )
+            if messages_ref is not None:
+                if messages_ref.get("sha256") != message_refs.digest(request.messages):
+                    raise message_refs.MessagesRefError("messages_ref was made from other messages")
+                job.messages, job.messages_ref = [], messages_ref
+                job._resolved_messages = request.messages  # type: ignore[attr-defined]
             job.save(force_insert=True)
             # Notified before the push: the "queued" event must leave before a worker's "running".
             transition_committed(job, Transition.SUBMITTED)

@@ -278,7 +278,7 @@ def budget_reserve(*, job: "LlmJob", attempt: int) -> BudgetRefusal | Reservatio
     if price is not None:
         amount = upper_bound_cost(
             price,
-            messages=job.messages,
+            messages=job.request_messages,
             system=job.system,
             max_tokens=job.max_tokens,
             tools=(job.params or {}).get("tools"),

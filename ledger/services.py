@@ -62,7 +62,7 @@ def job_upper_bound_cost(*, job: "LlmJob") -> Decimal:
         return Decimal(0)
     return upper_bound_cost(
         price,
-        messages=job.messages,
+        messages=job.request_messages,
         system=job.system,
         max_tokens=job.max_tokens,
         tools=(job.params or {}).get("tools"),
@@ -91,7 +91,7 @@ def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRec
             price,
             usage=record.usage,
             output_tokens=output,
-            messages=job.messages,
+            messages=job.request_messages,
             system=job.system,
             tools=(job.params or {}).get("tools"),
         )
@@ -100,7 +100,7 @@ def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRec
     elif record.maybe_billed and price is not None:
         cost = upper_bound_cost(
             price,
-            messages=job.messages,
+            messages=job.request_messages,
             system=job.system,
             max_tokens=job.max_tokens,
             tools=(job.params or {}).get("tools"),

@@ -75,7 +75,7 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
     if not settings.LLM_RATE_LIMIT_ENABLED:
         return RateLimitGrant(provider, model, None)
     reservation_id = f"{job.id}:{attempt}"
-    input_bound = estimate_input_tokens(messages=job.messages, system=job.system)
+    input_bound = estimate_input_tokens(messages=job.request_messages, system=job.system)
     started = time.monotonic()
     deadline = started + settings.LLM_RATE_LIMIT_MAX_WAIT_SECONDS
     recheck = _config_recheck_seconds()

@@ -81,7 +81,7 @@ def test_a_rejected_call_gives_the_model_an_error_with_the_reason(
     assert guarded["is_error"] and guarded["output"] == "Rejected by a reviewer: wrong customer"
     assert [c.split(":")[0] for c in calls()] == ["echo"]  # the guarded tool never ran
     last_turn = AgentStep.objects.filter(run=run, kind="model").order_by("-index").first()
-    results = last_turn.job.messages[-1]["content"]
+    results = last_turn.job.request_messages[-1]["content"]
     assert results[1]["is_error"] is True and "wrong customer" in results[1]["content"]
 
 

@@ -78,7 +78,7 @@ def test_a_five_turn_run_with_parallel_tool_calls_completes_with_the_right_trans
     # prompt's end and on this one's.
     jobs = turn_jobs(run)
     assert len(jobs) == 5 and all(j.status == "completed" and j.attempts == 1 for j in jobs)
-    last = jobs[-1].messages
+    last = jobs[-1].request_messages
     assert len(last) == 1 + 2 * 4
     assert [m["role"] for m in last] == ["user"] + ["assistant", "user"] * 4
     first_results = last[2]["content"]
@@ -127,6 +127,6 @@ def test_a_tool_that_raises_times_out_refuses_or_gets_bad_input_gives_the_model_
     assert tools["not_a_tool"]["output"] == "Unknown tool: not_a_tool"
     assert not tools["echo"]["is_error"] and tools["echo"]["output"] == "fine"
     # The results went back with is_error, and the model answered.
-    last = turn_jobs(run)[-1].messages[-1]["content"]
+    last = turn_jobs(run)[-1].request_messages[-1]["content"]
     assert [b.get("is_error", False) for b in last] == [True, True, True, True, True, False]
     assert "add:" not in " ".join(calls())  # schema-invalid input never reached the tool

@@ -1,6 +1,6 @@
-"""A 50-turn run: the stored transcript grows linearly (each step keeps only what it adds) and,
-with a cache breakpoint at the end of the previous turn, most input tokens are cache reads from
-the third turn on."""
+"""A 50-turn run: the stored transcript grows linearly (each step keeps only what it adds, and a
+turn's job only where its transcript is) and, with a cache breakpoint at the end of the previous
+turn, most input tokens are cache reads from the third turn on."""
 
 import json
 
@@ -8,6 +8,7 @@ import pytest
 
 from agents.models import AgentStep
 from agents.transcript import transcript
+from jobs.models import LlmJob
 from tests.agents.conftest import call, detail, run_body, start_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
@@ -30,9 +31,19 @@ def test_a_50_turn_run_stores_a_linear_transcript_and_reads_most_input_from_the_
     assert max(sizes) < 400, max(sizes)
     first_half = sum(sizes[: len(sizes) // 2])
     assert sum(sizes) < 2.2 * first_half  # twice the turns, about twice the bytes
-    # ...and the transcript built from them is what the last turn sent (without breakpoints).
+    # A turn's job row holds where its transcript is, not the transcript: bounded bytes per
+    # turn (stored per turn, the 50 transcripts added up to the square of the run's length).
+    rows = LlmJob.objects.filter(agent_step__run=run).values_list("messages", "messages_ref")
+    stored = [len(json.dumps(row)) for row in rows]
+    assert len(stored) == 50 and max(stored) < 200, stored
+    assert all(messages == [] for messages, _ref in rows)
+    # ...and the transcript built from the steps is what the last turn sent (without breakpoints):
+    # read fresh from the database, its job rebuilds it from its reference.
+    last_job = LlmJob.objects.get(id=steps[-1].job_id)
+    assert last_job.messages_ref["before_step"] == steps[-1].index
     marker = ', "cache_control": {"type": "ephemeral"}'
-    sent = json.loads(json.dumps(steps[-1].job.messages).replace(marker, ""))
+    sent = json.loads(json.dumps(last_job.provider_request()["messages"]).replace(marker, ""))
+    assert len(sent) == 1 + 2 * 49
     rebuilt = transcript(messages=run.messages, steps=steps[:-1])
     assert sent[1:] == rebuilt[1:]
     assert sent[0]["content"] == [{"type": "text", "text": rebuilt[0]["content"]}]
@@ -57,6 +68,6 @@ def test_a_50_turn_run_stores_a_linear_transcript_and_reads_most_input_from_the_
     print(
         f"50 turns: step bytes min {min(sizes)} max {max(sizes)} total {sum(sizes)}; "
         f"turns 3-50 cache reads {read}/{total} = {read / total:.1%}; "
-        f"job request bytes turn 1 {len(json.dumps(jobs[0].messages))}, "
-        f"turn 50 {len(json.dumps(jobs[-1].messages))}"
+        f"job row bytes max {max(stored)}; turn 50 sent "
+        f"{len(json.dumps(last_job.provider_request()['messages']))} bytes of messages"
     )
