@@ -23,7 +23,8 @@ from redis.exceptions import RedisError
 from agents.models import AgentRun, AgentStep
 from agents.services import agent_run_advance, agent_step_claim, agent_step_record
 from agents.tools import registered_tool, tool_call
-from llmops.queues import AGENT_TOOLS_TASK, DEFAULT_QUEUE, agent_tools_job_id
+from llmops.queues import AGENT_TOOLS_TASK, AGENTS_QUEUE, agent_tools_job_id
+from runtime.db_connections import release_connection
 
 __all__ = ["LEASE_MARGIN_SECONDS", "agent_tools_enqueue", "agent_tools_run"]
 
@@ -37,7 +38,7 @@ TASK_TIMEOUT_MARGIN = 60
 
 
 def agent_tools_enqueue(*, run_id: uuid.UUID) -> str | None:
-    """Put the run's tool task on the default queue under a new RQ job id, which the run
+    """Put the run's tool task on the agents queue under a new RQ job id, which the run
     keeps. Redis being down is logged, never raised: the sweep enqueues it again."""
     rq_job_id = agent_tools_job_id(run_id, uuid.uuid4().hex[:12])
     timeouts = [
@@ -50,7 +51,7 @@ def agent_tools_enqueue(*, run_id: uuid.UUID) -> str | None:
         tools_rq_job_id=rq_job_id, tools_enqueued_at=timezone.now()
     )
     try:
-        django_rq.get_queue(DEFAULT_QUEUE).enqueue(
+        django_rq.get_queue(AGENTS_QUEUE).enqueue(
             AGENT_TOOLS_TASK,
             str(run_id),
             job_id=rq_job_id,
@@ -72,6 +73,7 @@ def _run_one(step_id: int) -> bool:
     step = agent_step_claim(step_id=step_id, lease_seconds=timeout + LEASE_MARGIN_SECONDS)
     if step is None:
         return False
+    release_connection()  # none held while the tool runs (a threaded worker's slots)
     outcome = tool_call(name=step.name, tool_input=step.input, call_id=step.call_id)
     recorded = agent_step_record(step_id=step.id, attempt=step.attempts, outcome=outcome)
     logger.info(
@@ -107,6 +109,7 @@ def agent_tools_run(*, run_id: uuid.UUID) -> str:
         .values_list("id", flat=True)
     )
     ran = 0
+    release_connection()  # the calls' threads take their own: this one waits holding none
     if len(pending) == 1:
         ran = int(_run_one(pending[0]))  # one call: no thread, no second connection
     elif pending:

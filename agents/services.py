@@ -430,7 +430,7 @@ def _alert_approval(run: AgentRun, steps: list[AgentStep]) -> None:
 
 
 def agent_tools_enqueue_on_commit(run_id: uuid.UUID) -> None:
-    """Put the run's tool task on the default queue once the transaction commits. Redis being
+    """Put the run's tool task on the agents queue once the transaction commits. Redis being
     down never fails the caller: the reconciler's sweep enqueues it again (agents/sweep.py)."""
     from agents.runner import agent_tools_enqueue
 

@@ -26,7 +26,7 @@ from django.utils import timezone
 from agents.models import AgentRun, AgentStep
 from agents.runner import agent_tools_enqueue
 from agents.services import agent_run_advance, fail_run
-from llmops.queues import DEFAULT_QUEUE
+from llmops.queues import AGENTS_QUEUE
 from runtime.rq_jobs import rq_job_is_alive, rq_jobs_abandoned, rq_jobs_fetch
 
 __all__ = ["AgentSweepReport", "agent_runs_resume"]
@@ -92,7 +92,7 @@ def _enqueue_lost_tasks(report: AgentSweepReport) -> None:
     )
     if not runs:
         return
-    queue = django_rq.get_queue(DEFAULT_QUEUE)
+    queue = django_rq.get_queue(AGENTS_QUEUE)
     rq_jobs = rq_jobs_fetch(queue=queue, job_ids=[rq_job_id for _, rq_job_id in runs])
     abandoned = rq_jobs_abandoned(queue=queue, jobs=rq_jobs, stale_before=stale_before)
     for (run_id, _), rq_job, dead in zip(runs, rq_jobs, abandoned, strict=True):

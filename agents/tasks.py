@@ -6,5 +6,5 @@ from agents.runner import agent_tools_run
 
 
 def run_agent_tools(run_id: str) -> str:
-    """The tool calls of an agent run's current turn (default queue)."""
+    """The tool calls of an agent run's current turn (agents queue)."""
     return agent_tools_run(run_id=UUID(run_id))

@@ -2,14 +2,15 @@
 the overhead per step (from one step's end to the next one's start: enqueue, queue, claim and
 commit, with the provider and the tool taking no time).
 
-    make bench-agents                           # 100 concurrent runs of 10 turns, 2+2 workers
+    make bench-agents                           # 100 concurrent runs of 10 turns, 2+1 workers
     BENCH_AGENTS_RUNS=200 BENCH_AGENTS_TURNS=5 make bench-agents
 
 Uses its own MariaDB database (BENCH_AGENTS_DATABASE_URL, default
 mysql://root@127.0.0.1:3306/llmops_bench_agents, recreated) and Redis index 12
-(BENCH_AGENTS_REDIS_URL, flushed). BENCH_AGENTS_WORKERS copies each of the Procfile's
-worker_llm and worker_default lines run (not in burst mode: a run's next turn is enqueued by its
-tool task, so a queue is empty between turns); each run is scripted for the fake provider
+(BENCH_AGENTS_REDIS_URL, flushed). BENCH_AGENTS_WORKERS copies of the Procfile's worker_llm line
+and BENCH_AGENTS_TOOL_WORKERS (1) of its worker_agents line run (not in burst mode: a run's next
+turn is enqueued by its tool task, so a queue is empty between turns); each run is scripted for
+the fake provider
 (``fake_tool_script=``): TURNS - 1 turns of one ``calculator`` call, then the answer.
 """
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 RUNS = int(os.environ.get("BENCH_AGENTS_RUNS", "100"))
 TURNS = int(os.environ.get("BENCH_AGENTS_TURNS", "10"))
 WORKERS = int(os.environ.get("BENCH_AGENTS_WORKERS", "2"))
+TOOL_WORKERS = int(os.environ.get("BENCH_AGENTS_TOOL_WORKERS", "1"))
 DATABASE_URL = os.environ.get(
     "BENCH_AGENTS_DATABASE_URL", "mysql://root@127.0.0.1:3306/llmops_bench_agents"
 )
@@ -97,15 +99,17 @@ def measure(stack: Stack) -> None:
     from agents.services import agent_run_create
 
     django_rq.get_connection("default").flushdb()
-    default_line = " ".join(procfile_command("worker_default", respawn=False))
+    tools_line = " ".join(procfile_command("worker_agents", respawn=False))
     print(
         f"{machine()}; {RUNS} runs of {TURNS} turns at once; {WORKERS} x worker_llm + "
-        f"{WORKERS} x worker_default (`{default_line}`); fake provider at 0 ms"
+        f"{TOOL_WORKERS} x worker_agents (`{tools_line}`, LLM_AGENT_WORKER_CONCURRENCY="
+        f"{os.environ.get('LLM_AGENT_WORKER_CONCURRENCY', '16')}); fake provider at 0 ms"
     )
     user = get_user_model().objects.create_user("bench-agents")
     for _ in range(WORKERS):
         stack.start(procfile_command("worker_llm", respawn=False), "worker_llm")
-        stack.start(procfile_command("worker_default", respawn=False), "worker_default")
+    for _ in range(TOOL_WORKERS):
+        stack.start(procfile_command("worker_agents", respawn=False), "worker_agents")
     # One run alone first: the overhead per step without any queue in front of it.
     alone = agent_run_create(user=user, data=run_data(-1))[0]
     wait_until_final(AgentRun.objects.filter(id=alone.id))

@@ -221,7 +221,7 @@ class Drill:
         stack.env["ANTHROPIC_BASE_URL"] = provider.url
         for index in range(options.llm_workers):
             stack.start_procfile("worker_llm", label=f"worker_llm_{index}")
-        for name in ("worker_default", "reconciler", "monitor"):
+        for name in ("worker_default", "worker_agents", "reconciler", "monitor"):
             stack.start_procfile(name)
         web_url = ""
         if options.has("revoke"):
@@ -238,7 +238,8 @@ class Drill:
             raise RuntimeError(f"the llm workers did not start:\n{stack.log_tails()}")
         self.say(
             f"started: fake provider {provider.url}, {options.llm_workers} llm workers, "
-            f"worker_default, reconciler, monitor{', web ' + web_url if web_url else ''} "
+            "worker_default, worker_agents, reconciler, monitor"
+            f"{', web ' + web_url if web_url else ''} "
             f"(logs in {stack.log_dir})"
         )
         return provider, web_url

@@ -8,6 +8,7 @@ a task path or a key prefix.
 import hashlib
 
 __all__ = [
+    "AGENTS_QUEUE",
     "AGENT_TOOLS_TASK",
     "ALERTS_QUEUE",
     "ALERT_FOR_FAILURE_TASK",
@@ -40,7 +41,10 @@ ALERTS_QUEUE = "alerts"
 """Alert raising and delivery (one RQ job per destination), with their retries."""
 DEFAULT_QUEUE = "default"
 """Everything else: staff bulk actions and housekeeping."""
-QUEUE_NAMES = (LLM_QUEUE, DEFAULT_QUEUE, ALERTS_QUEUE)
+AGENTS_QUEUE = "agents"
+"""Agent runs' tool calls: Python functions that may wait seconds on a network or a database,
+many at once on the threads of their own workers (never behind a bulk action)."""
+QUEUE_NAMES = (LLM_QUEUE, DEFAULT_QUEUE, ALERTS_QUEUE, AGENTS_QUEUE)
 
 RUN_LLM_JOB_TASK = "jobs.tasks.run_llm_job"
 ALERT_FOR_FAILURE_TASK = "alerts.tasks.alert_for_failure"
@@ -50,7 +54,7 @@ REQUEUE_MATCHING_TASK = "dlq.tasks.requeue_matching"
 BATCH_CANCEL_TASK = "batches.tasks.cancel_batch_jobs"
 DELIVER_CALLBACK_TASK = "batches.tasks.deliver_callback"
 AGENT_TOOLS_TASK = "agents.tasks.run_agent_tools"
-"""The tool calls of an agent run's current turn (default queue)."""
+"""The tool calls of an agent run's current turn (agents queue)."""
 
 KEY_PREFIX = "llmops:"
 """Every Redis key of ours starts with this (rq's own keys start with ``rq:``)."""

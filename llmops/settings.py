@@ -9,7 +9,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from alerts import targets as alert_targets
 from llmops.env import DEVELOPMENT_SECRET_KEY, env, with_socket_timeouts  # noqa: F401
-from llmops.queues import ALERTS_QUEUE, DEFAULT_QUEUE, KEY_PREFIX, LLM_QUEUE
+from llmops.queues import AGENTS_QUEUE, ALERTS_QUEUE, DEFAULT_QUEUE, KEY_PREFIX, LLM_QUEUE
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -241,6 +241,8 @@ RQ_QUEUES = {
     LLM_QUEUE: {"URL": RQ_REDIS_URL, "DEFAULT_TIMEOUT": LLM_JOB_TIMEOUT},
     DEFAULT_QUEUE: {"URL": RQ_REDIS_URL, "DEFAULT_TIMEOUT": 300},
     ALERTS_QUEUE: {"URL": RQ_REDIS_URL, "DEFAULT_TIMEOUT": 60},
+    # Each tool task sets its own timeout (its calls' timeouts: agents/runner.py).
+    AGENTS_QUEUE: {"URL": RQ_REDIS_URL, "DEFAULT_TIMEOUT": 600},
 }
 
 # --- Provider ---------------------------------------------------------------------------------
@@ -285,6 +287,8 @@ LLM_AGENT_APPROVAL_TIMEOUT_SECONDS = env.number(
 )
 # Tool calls of one turn run at once, up to this many (threads of the default worker).
 LLM_AGENT_TOOL_CONCURRENCY = env.integer("LLM_AGENT_TOOL_CONCURRENCY", 4, minimum=1)
+# Tool tasks (one per turn) one `rqworker agents` process runs at once, each on a thread.
+LLM_AGENT_WORKER_CONCURRENCY = env.integer("LLM_AGENT_WORKER_CONCURRENCY", 16, minimum=1)
 LLM_RETRY_SCHEDULES: dict[str, list[float]] = env.json_value("LLM_RETRY_SCHEDULES", {})
 LLM_RETRY_JITTER = env.number("LLM_RETRY_JITTER", 0.30, minimum=0.0)
 LLM_CONCURRENCY_PER_KEY = env.integer("LLM_CONCURRENCY_PER_KEY", 1, minimum=1)

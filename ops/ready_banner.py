@@ -18,6 +18,7 @@ from rest_framework.authtoken.models import Token
 from rq import Queue, Worker
 
 from alerts.models import LoopHeartbeat
+from llmops.queues import QUEUE_NAMES
 from runtime.redis_clients import queue_connection
 
 __all__ = ["DemoLogin", "banner_lines", "demo_login", "not_ready", "wait_until_ready"]
@@ -89,7 +90,7 @@ def not_ready(*, base_url: str, since: datetime) -> list[str]:
     missing = [_web_ready(base_url), _fake_provider()]
     return [
         *(m for m in missing if m),
-        *_queue_workers("llm", "default", "alerts"),
+        *_queue_workers(*QUEUE_NAMES),
         *_loops_passed(since),
     ]
 

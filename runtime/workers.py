@@ -2,9 +2,11 @@
 
 A worker on the `llm` queue alone runs up to `LLM_WORKER_CONCURRENCY` jobs at once on threads
 (runtime/threaded_worker.py): an LLM call waits seconds on the network, and a process per call in
-flight would cost a whole interpreter each. Every other worker (`rqworker default alerts`), and
-the llm worker with `LLM_WORKER_CONCURRENCY=1`, is rq's forking worker: alert deliveries rely on
-rq's own job timeouts, which only a work horse process can enforce.
+flight would cost a whole interpreter each. A worker on the `agents` queue alone does the same
+with up to `LLM_AGENT_WORKER_CONCURRENCY` tool tasks (agent runs' tool calls, each bounded by its
+own timeout). Every other worker (`rqworker default alerts`), and either of those with its
+concurrency at 1, is rq's forking worker: alert deliveries rely on rq's own job timeouts, which
+only a work horse process can enforce.
 """
 
 import importlib
@@ -15,7 +17,7 @@ from typing import Any
 from django.conf import settings
 from rq import Worker
 
-from llmops.queues import LLM_QUEUE
+from llmops.queues import AGENTS_QUEUE, LLM_QUEUE
 from runtime.redis_clients import named_once
 from runtime.threaded_worker import ThreadedWorker
 
@@ -25,6 +27,7 @@ __all__ = [
     "ThreadedLlmWorker",
     "lower_cpu_priority",
     "runs_on_threads",
+    "thread_concurrency",
 ]
 
 # Task modules imported once in the worker's main process, so that each forked work horse
@@ -58,15 +61,28 @@ def _queue_names(queues: Iterable[Any] | str) -> list[str]:
     return [queues] if isinstance(queues, str) else [getattr(q, "name", q) for q in queues]
 
 
+def thread_concurrency(queues: Iterable[Any] | str) -> int | None:
+    """How many jobs a worker on these queues (names or Queue objects) runs at once on threads;
+    None: one at a time, forking (any other queues, or a concurrency of 1)."""
+    names = _queue_names(queues)
+    if names == [LLM_QUEUE]:
+        concurrency = settings.LLM_WORKER_CONCURRENCY
+    elif names == [AGENTS_QUEUE]:
+        concurrency = settings.LLM_AGENT_WORKER_CONCURRENCY
+    else:
+        return None
+    return concurrency if concurrency > 1 else None
+
+
 def runs_on_threads(queues: Iterable[Any] | str) -> bool:
     """Whether a worker on these queues (names or Queue objects) runs its jobs on threads."""
-    return _queue_names(queues) == [LLM_QUEUE] and settings.LLM_WORKER_CONCURRENCY > 1
+    return thread_concurrency(queues) is not None
 
 
 class LlmWorker(PreloadingWorker):
-    """settings.RQ["WORKER_CLASS"]: a `ThreadedLlmWorker` on the llm queue alone, this forking
-    worker on any other queues. One class for every `rqworker` command line, chosen here because
-    django-rq builds each worker from the same setting."""
+    """settings.RQ["WORKER_CLASS"]: a `ThreadedLlmWorker` on the llm (or the agents) queue
+    alone, this forking worker on any other queues. One class for every `rqworker` command
+    line, chosen here because django-rq builds each worker from the same setting."""
 
     def __new__(cls, queues: Any = (), *args: Any, **kwargs: Any) -> "LlmWorker":
         if cls is LlmWorker and runs_on_threads(queues):
@@ -76,4 +92,10 @@ class LlmWorker(PreloadingWorker):
 
 class ThreadedLlmWorker(ThreadedWorker, LlmWorker):
     """The llm queue's worker: the task modules and the SDK client loaded once, as for the
-    forking worker, then up to `LLM_WORKER_CONCURRENCY` jobs at once on threads."""
+    forking worker, then up to `LLM_WORKER_CONCURRENCY` jobs at once on threads. On the agents
+    queue: up to `LLM_AGENT_WORKER_CONCURRENCY` tool tasks, and no SDK."""
+
+    def __init__(self, queues: Any = (), *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("concurrency") is None:
+            kwargs["concurrency"] = thread_concurrency(queues) or 1
+        super().__init__(queues, *args, **kwargs)

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from llmops.queues import ALERTS_QUEUE, DEFAULT_QUEUE
+from llmops.queues import AGENTS_QUEUE, ALERTS_QUEUE, DEFAULT_QUEUE
 from ops.dashboard.database import (
     Window,
     breaker_states,
@@ -65,7 +65,7 @@ def dashboard_data(*, hours: int = DEFAULT_WINDOW_HOURS, now: datetime | None = 
         "timings": [llm_queue_timings(window)]
         + [
             redis["timings"].get(name) or unmeasured(name, redis["error"])
-            for name in (DEFAULT_QUEUE, ALERTS_QUEUE)
+            for name in (DEFAULT_QUEUE, ALERTS_QUEUE, AGENTS_QUEUE)
         ],
         "failures": failures_by_severity(severities),
         "cost_per_day": cost_per_feature_per_day(window.now),

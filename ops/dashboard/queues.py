@@ -17,7 +17,14 @@ from rq.job import Job
 from rq.worker import BaseWorker
 
 from jobs.models import LlmJob
-from llmops.queues import ALERTS_QUEUE, DEFAULT_QUEUE, LLM_QUEUE, QUEUE_NAMES, RUN_LLM_JOB_TASK
+from llmops.queues import (
+    AGENTS_QUEUE,
+    ALERTS_QUEUE,
+    DEFAULT_QUEUE,
+    LLM_QUEUE,
+    QUEUE_NAMES,
+    RUN_LLM_JOB_TASK,
+)
 from loops.queue_health import oldest_wait_seconds
 from ops.dashboard.database import as_seconds, nearest_rank
 from ops.dashboard.defaults import PERCENTS, RQ_TIMING_SAMPLE
@@ -88,7 +95,9 @@ def redis_panels() -> dict:
             "error": None,
             "queues": [_queue_state(name) for name in QUEUE_NAMES],
             "workers": _workers(),
-            "timings": {name: rq_timings(name) for name in (DEFAULT_QUEUE, ALERTS_QUEUE)},
+            "timings": {
+                name: rq_timings(name) for name in (DEFAULT_QUEUE, ALERTS_QUEUE, AGENTS_QUEUE)
+            },
         }
     except RedisError as error:
         reason = f"Redis unavailable ({type(error).__name__})"

@@ -1,5 +1,5 @@
 """Fixtures of the agent tests: the test tools registered, workers for both queues an agent
-run uses (the llm queue for its turns, the default queue for its tool calls)."""
+run uses (the llm queue for its turns, the agents queue for its tool calls)."""
 
 import json
 import time
@@ -20,16 +20,16 @@ class AgentWorkers:
 
     def __init__(self) -> None:
         self.llm = Workers("llm")
-        self.default = Workers("default")
+        self.agents = Workers("agents")
 
     def drain(self, *, rounds: int = 200) -> None:
         for _ in range(rounds):
             self.llm.work_once()
             self.llm.release_scheduled()
-            self.default.work_once()
+            self.agents.work_once()
             if (
                 not self.llm.queue.count
-                and not self.default.queue.count
+                and not self.agents.queue.count
                 and not self.llm.queue.scheduled_job_registry.count
             ):
                 return

@@ -199,7 +199,7 @@ def test_a_dead_lettered_turn_fails_the_run_and_its_requeue_resumes_it(
 ):
     run = start_run(alice_client, run_body([call("add", a=1, b=1)], [call("echo")], "done"))
     agent_workers.llm.work_once()  # turn 1
-    agent_workers.default.work_once()  # its tool call, then turn 2 submitted
+    agent_workers.agents.work_once()  # its tool call, then turn 2 submitted
     fake_provider.faults({"400": 1.0})  # fatal: dead-lettered at once
     agent_workers.drain()
     result = detail(alice_client, run)

@@ -15,7 +15,7 @@ from agents.sweep import agent_runs_resume
 from jobs.models import LlmJob
 from jobs.reconciler import reconcile_jobs
 from ledger.models import CostEntry
-from llmops.queues import DEFAULT_QUEUE, LLM_QUEUE
+from llmops.queues import AGENTS_QUEUE, LLM_QUEUE
 from tests.agents.conftest import TEST_TOOL_MODULES, call, detail, run_body, start_run, wait_for
 from tests.agents.tools import calls
 from tests.jobs.test_reconciler import kill_process_tree
@@ -53,8 +53,8 @@ def test_a_worker_killed_during_a_tool_call_the_run_completes_and_completed_call
 ):
     body = run_body([call("add", a=1, b=2), call("slow_effect", seconds=3)], "done")
     run = start_run(alice_client, body)
-    agent_workers.llm.work_once()  # turn 1: two tool calls, their task on the default queue
-    worker = processes.start(_env(fake_provider), "rqworker", DEFAULT_QUEUE, "--burst")
+    agent_workers.llm.work_once()  # turn 1: two tool calls, their task on the agents queue
+    worker = processes.start(_env(fake_provider), "rqworker", AGENTS_QUEUE, "--burst")
     wait_for(
         lambda: tool_step(run, "add").status == "completed"
         and any(c.startswith("slow_effect:start") for c in calls()),
@@ -92,7 +92,7 @@ def test_a_worker_killed_during_a_model_turn_the_run_completes_and_recorded_turn
 ):
     run = start_run(alice_client, run_body([call("add", a=2, b=3)], [call("echo")], "done"))
     agent_workers.llm.work_once()  # turn 1 recorded
-    agent_workers.default.work_once()  # its tool call; turn 2 submitted
+    agent_workers.agents.work_once()  # its tool call; turn 2 submitted
     second = LlmJob.objects.get(agent_step__run=run, agent_step__turn=2)
     # Turn 2's first call takes 4 s at the provider: long enough to kill its worker mid-call.
     fake_provider.http.post(
@@ -131,15 +131,15 @@ def test_a_redis_flush_mid_run_is_resumed_by_the_sweep_and_the_reconciler(
     alice_client, agent_workers, fake_provider, quick_recovery
 ):
     run = start_run(alice_client, run_body([call("add", a=1, b=1)], [call("echo")], "done"))
-    agent_workers.llm.work_once()  # turn 1; its tool task waits on the default queue
-    connection = django_rq.get_connection(DEFAULT_QUEUE)
+    agent_workers.llm.work_once()  # turn 1; its tool task waits on the agents queue
+    connection = django_rq.get_connection(AGENTS_QUEUE)
     connection.flushdb()  # the tool task is gone
     agent_workers.drain()
     assert AgentRun.objects.get(id=run.id).status == "running"  # nothing left to run it
 
     report = agent_runs_resume()
     assert report.tasks_enqueued == 1
-    agent_workers.default.work_once()  # the tool call; turn 2's job is queued
+    agent_workers.agents.work_once()  # the tool call; turn 2's job is queued
     ran = calls()  # the tests' own count lives in Redis too
     connection.flushdb()  # turn 2's RQ job is gone: the jobs reconciler's part
     assert reconcile_jobs().requeued_lost == 1

@@ -56,7 +56,7 @@ def test_a_run_whose_task_died_after_its_last_record_is_advanced_by_the_sweep(
     settings.LLM_LOST_QUEUE_GRACE_SECONDS = 0.0
     run = start_run(alice_client, run_body([call("echo", text="x")], "ok"))
     agent_workers.llm.work_once()
-    agent_workers.default.queue.empty()  # its task is lost ...
+    agent_workers.agents.queue.empty()  # its task is lost ...
     (step,) = AgentStep.objects.filter(run=run, kind="tool")
     assert _run_one(step.id)  # ... after the call was recorded, before the next turn
     assert LlmJob.objects.count() == 1

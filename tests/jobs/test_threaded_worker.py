@@ -37,7 +37,7 @@ from rq.job import JobStatus
 from jobs.models import LlmJob
 from jobs.reconciler import reconcile_jobs
 from ledger.models import CostEntry
-from llmops.queues import LLM_QUEUE, job_lock_key
+from llmops.queues import AGENTS_QUEUE, LLM_QUEUE, job_lock_key
 from runtime.threaded_worker import NoDeathPenalty
 from runtime.workers import LlmWorker, PreloadingWorker, ThreadedLlmWorker
 from tests.conftest import ROOT, FakeProvider, submit
@@ -369,17 +369,25 @@ def _worker_name(processes: Processes) -> str:
 # --- Which worker, and the setting ---------------------------------------------------------------
 
 
-def test_the_llm_worker_runs_on_threads_and_every_other_worker_forks(settings):
+def test_the_llm_and_agents_workers_run_on_threads_and_every_other_worker_forks(settings):
     settings.LLM_WORKER_CONCURRENCY = 32
+    settings.LLM_AGENT_WORKER_CONCURRENCY = 12
     llm = get_worker(LLM_QUEUE)
     assert type(llm) is ThreadedLlmWorker and isinstance(llm, PreloadingWorker)
     assert llm.concurrency == 32 and llm.death_penalty_class is NoDeathPenalty
+    # The Procfile's worker_agents: agent runs' tool tasks, on threads of their own.
+    agents = get_worker(AGENTS_QUEUE)
+    assert type(agents) is ThreadedLlmWorker and agents.concurrency == 12
+    # On the agents queue and another: rq's forking worker, as for the default one.
+    assert type(get_worker(AGENTS_QUEUE, "default")) is LlmWorker
     # The Procfile's worker_default: rq's forking worker with rq's own timeouts.
     default = get_worker("default", "alerts")
     assert type(default) is LlmWorker and isinstance(default, Worker)
     assert default.death_penalty_class is not NoDeathPenalty
     settings.LLM_WORKER_CONCURRENCY = 1  # today's behaviour for the llm queue too
     assert type(get_worker(LLM_QUEUE)) is LlmWorker
+    settings.LLM_AGENT_WORKER_CONCURRENCY = 1
+    assert type(get_worker(AGENTS_QUEUE)) is LlmWorker
 
 
 def test_a_worker_whose_registration_redis_lost_names_itself_again_at_its_heartbeat(settings):
