@@ -124,7 +124,7 @@ def test_the_dashboard_draws_every_chart_and_refreshes_in_place(
     assert page.locator("#summary-breaker").inner_text() == "closed"
     assert page.locator("#workers-table tbody tr").count() == 1
     assert "llm-1" in page.locator("#workers-table").inner_text()
-    assert page.locator("#queues-table tbody tr").count() == 3
+    assert page.locator("#queues-table tbody tr").count() == 4  # llm, default, alerts, agents
     assert page.locator("#budgets-table tbody tr").count() == 2
     assert page.locator("#failures-table tbody tr").count() == 4
     assert page.locator("#queues-unavailable").is_hidden()
