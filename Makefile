@@ -28,14 +28,14 @@ migrate: venv
 
 # DEBUG is off unless asked for; a local run asks for it (DJANGO_DEBUG=False make run does not).
 # The banner (ops/ready_banner.py) waits for every process, then prints the URLs, the demo login
-# and the API token below the start-up logs; logs are human-readable here (JSON elsewhere).
+# and the API key below the start-up logs; logs are human-readable here (JSON elsewhere).
 run: venv migrate
 	$(BIN)/python manage.py ensure_demo_user
 	$(BIN)/python manage.py ready_banner & \
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-True} LOG_FORMAT=$${LOG_FORMAT:-plain} \
 		PATH="$(CURDIR)/$(BIN):$$PATH" exec $(BIN)/honcho start
 
-# The demo user's API token, alone (TOKEN=$$(make -s token)).
+# The demo user's API key (every scope), alone (TOKEN=$$(make -s token)).
 token: venv
 	@$(BIN)/python manage.py demo_token
 
@@ -54,7 +54,7 @@ lint: dev-venv
 	$(BIN)/ruff format --check .
 
 typecheck: dev-venv
-	$(BIN)/mypy llmops api runtime loops providers jobs ledger alerts dlq metrics fake_provider ops ratelimits batches pipelines agents chaos
+	$(BIN)/mypy llmops api runtime loops providers jobs ledger alerts dlq metrics fake_provider ops ratelimits batches pipelines agents chaos keys
 
 test: dev-venv services browser tools lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \

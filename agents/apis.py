@@ -31,6 +31,8 @@ from api.path_ids import uuid_or_not_found
 from api.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors, location_header
 from api.submit_throttles import SubmitThrottle
 from api.submits import accepted_response, idempotency_key
+from keys.permissions import request_api_key_id
+from keys.scopes import JOBS_READ, JOBS_WRITE
 
 RUN_ID = OpenApiParameter(
     "run_id",
@@ -160,6 +162,7 @@ def _output(run: AgentRun) -> dict:
 
 
 class AgentRunListCreateApi(APIView):
+    required_scopes = {"GET": JOBS_READ, "POST": JOBS_WRITE}
     # A run is a submit: it shares the per-user submit rate with jobs (POST only).
     throttle_classes = [SubmitThrottle]
     pagination_class = Pagination
@@ -192,6 +195,7 @@ class AgentRunListCreateApi(APIView):
             user=cast(User, request.user),
             data=request.data,
             idempotency_key=idempotency_key(request),
+            api_key_id=request_api_key_id(request),
         )
         return accepted_response(request, run, status_url_name="agents:agent-run-detail")
 
@@ -212,6 +216,8 @@ class AgentRunListCreateApi(APIView):
 
 
 class AgentRunDetailApi(APIView):
+    required_scopes = {"GET": JOBS_READ}
+
     @extend_schema(
         operation_id="agent_runs_retrieve",
         summary="An agent run with every step",
@@ -224,6 +230,8 @@ class AgentRunDetailApi(APIView):
 
 
 class AgentRunApprovalApi(APIView):
+    required_scopes = {"POST": JOBS_WRITE}
+
     @extend_schema(
         operation_id="agent_runs_approve",
         summary="Approve or reject a tool call that waits for a human",
@@ -265,6 +273,8 @@ class AgentRunApprovalApi(APIView):
 
 
 class AgentRunCancelApi(APIView):
+    required_scopes = {"POST": JOBS_WRITE}
+
     @extend_schema(
         operation_id="agent_runs_cancel",
         summary="Cancel an agent run (its running turn stops; no further step starts)",

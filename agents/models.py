@@ -37,6 +37,14 @@ class AgentRun(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    api_key = models.ForeignKey(
+        "keys.ApiKey",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The API key that submitted it (empty: a session, or before keys).",
+    )
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
     feature = models.CharField(max_length=64)
     model = models.CharField(max_length=64)

@@ -76,11 +76,16 @@ _WATCHED = frozenset(
 
 
 def agent_run_create(
-    *, user: User, data: Any, idempotency_key: str | None = None
+    *,
+    user: User,
+    data: Any,
+    idempotency_key: str | None = None,
+    api_key_id: int | None = None,
 ) -> tuple[AgentRun, bool]:
     """Validate, insert the run and submit its first turn's job (enqueued on commit). A repeated
-    ``Idempotency-Key`` returns the first run (409 ``idempotency_conflict`` for another body)."""
-    request = validate_agent_run_request(data, user=user)
+    ``Idempotency-Key`` returns the first run (409 ``idempotency_conflict`` for another body).
+    Every turn's job records ``api_key_id``, the key that started the run."""
+    request = validate_agent_run_request(data, user=user, api_key_id=api_key_id)
     fingerprint = request.fingerprint()
     key_hash = None
     if idempotency_key:
@@ -90,7 +95,7 @@ def agent_run_create(
             return _replay(existing, fingerprint), False
     try:
         with transaction.atomic():
-            run = _insert(user, request, fingerprint, idempotency_key, key_hash)
+            run = _insert(user, request, fingerprint, idempotency_key, key_hash, api_key_id)
     except IntegrityError:
         if not key_hash:
             raise
@@ -115,9 +120,11 @@ def _insert(
     fingerprint: str,
     idempotency_key: str | None,
     key_hash: str | None,
+    api_key_id: int | None,
 ) -> AgentRun:
     run = AgentRun.objects.create(
         user=user,
+        api_key_id=api_key_id,
         feature=request.feature,
         model=request.model,
         system=request.system,
@@ -202,7 +209,9 @@ def _submit_turn(
     # transcripts grew as the square of its length (jobs/message_refs.py).
     ref = turn_messages_ref(run=run, before_step=index, messages=body["messages"])
     try:
-        job, _created = job_submit(user=owner, data=body, messages_ref=ref)
+        job, _created = job_submit(
+            user=owner, data=body, messages_ref=ref, api_key_id=run.api_key_id
+        )
     except ApplicationError as exc:
         if refuse:
             raise

@@ -119,7 +119,9 @@ def _count_breakpoints(value: Any) -> int:
     return 0
 
 
-def validate_agent_run_request(data: Any, *, user: User) -> AgentRunRequest:
+def validate_agent_run_request(
+    data: Any, *, user: User, api_key_id: int | None = None
+) -> AgentRunRequest:
     if not isinstance(data, dict):
         raise ValidationFailed("The body must be a JSON object.", code="invalid_body")
     unknown = sorted(set(data) - ALLOWED_FIELDS)
@@ -155,7 +157,7 @@ def validate_agent_run_request(data: Any, *, user: User) -> AgentRunRequest:
             f"At most {MAX_USER_CACHE_BREAKPOINTS} cache_control blocks: each turn adds two.",
             "messages",
         )
-    check_budgets_not_spent(feature=request.feature, user=user)
+    check_budgets_not_spent(feature=request.feature, user=user, api_key_id=api_key_id)
     return AgentRunRequest(
         feature=request.feature,
         model=request.model,

@@ -16,6 +16,8 @@ class MeApi(APIView):
     to know whether it may watch every job (staff: ``/ws/jobs/?all=1``). Reads nothing beyond
     the authentication itself."""
 
+    required_scopes = {"GET": None}
+
     @extend_schema_serializer(component_name="Me")
     class OutputSerializer(serializers.Serializer):
         id = serializers.IntegerField()

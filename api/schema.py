@@ -25,6 +25,10 @@ A list (``paginated_response`` of api/pagination.py) sets ``pagination_class`` a
 ``@extend_schema_serializer(component_name=...)`` so that component names stay unique.
 """
 
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
@@ -33,6 +37,7 @@ __all__ = [
     "IDEMPOTENCY_KEY",
     "PAGE_NOT_FOUND",
     "ErrorSerializer",
+    "ScopedAutoSchema",
     "errors",
     "error_headers",
 ]
@@ -53,7 +58,8 @@ class ErrorSerializer(serializers.Serializer):
 _GENERIC = {
     400: ("The request is invalid.", ["invalid_request", "malformed_json"]),
     401: (
-        "No credentials, or a token that is not valid (WWW-Authenticate says which scheme).",
+        "No credentials, or an API key that is not valid: unknown, revoked, expired, or a "
+        "rotated secret past its grace period (WWW-Authenticate says which scheme).",
         ["not_authenticated", "authentication_failed"],
     ),
     403: ("The caller may not do this.", ["permission_denied"]),
@@ -110,7 +116,7 @@ def error_headers() -> list[OpenApiParameter]:
             OpenApiTypes.STR,
             OpenApiParameter.HEADER,
             response=[401],
-            description="The authentication scheme to use (Token).",
+            description="The authentication scheme to use (Bearer).",
         ),
     ]
 
@@ -139,3 +145,63 @@ def location_header(description: str) -> OpenApiParameter:
         response=[202],
         description=description,
     )
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    """``Authorization: Bearer <key>`` (``Token <key>`` is accepted too: api/authentication.py)."""
+
+    target_class = "api.authentication.ApiTokenAuthentication"
+    name = "apiKey"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key (`llmq_...`), as `Authorization: Bearer <key>`; "
+            "`Token <key>` works as well. Each operation names the scope its key needs.",
+        }
+
+
+_INSUFFICIENT_SCOPE = "insufficient_scope"
+
+
+class ScopedAutoSchema(AutoSchema):
+    """drf-spectacular's schema, with the scope each operation asks of an API key
+    (keys/permissions.py): ``x-required-scope`` (null: any key), a line of the description,
+    and ``403 insufficient_scope`` among its responses."""
+
+    def get_operation(self, *args: Any, **kwargs: Any) -> Any:
+        from keys.permissions import HasScope, required_scope
+
+        operation = super().get_operation(*args, **kwargs)
+        if operation is None or not any(
+            isinstance(permission, HasScope) for permission in self.view.get_permissions()
+        ):
+            return operation
+        scope = required_scope(self.view, self.method)
+        operation["x-required-scope"] = scope
+        note = f"**Scope:** `{scope}`." if scope else "**Scope:** any API key."
+        operation["description"] = f"{operation.get('description', '')}\n\n{note}".strip()
+        if scope is None:
+            return operation
+        responses = operation.setdefault("responses", {})
+        forbidden = responses.get("403")
+        if forbidden is None:
+            responses["403"] = {
+                "description": "The API key lacks the scope this operation needs (`detail."
+                f"required_scope`). Codes: `{_INSUFFICIENT_SCOPE}`.",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                "headers": {
+                    "WWW-Authenticate": {
+                        "schema": {"type": "string"},
+                        "description": 'Bearer error="insufficient_scope", scope="<scope>".',
+                    }
+                },
+            }
+        elif _INSUFFICIENT_SCOPE not in forbidden.get("description", ""):
+            forbidden["description"] = forbidden["description"].replace(
+                "Codes: ", f"Codes: `{_INSUFFICIENT_SCOPE}`, ", 1
+            )
+        # Responses in status order, as every other operation's.
+        operation["responses"] = dict(sorted(responses.items()))
+        return operation

@@ -17,6 +17,10 @@ window the way Cloudflare does (the previous fixed window's count weighted by ho
 sliding window still covers, plus the current one's): one small hash per user whatever the rate,
 where a log of timestamps would hold up to ``rate`` entries per user.
 
+An API key with an ``rpm`` (keys/, docs/api.md#api-keys) is held to that many submissions per
+minute across the same endpoints, on top of its user's rate and counted the same way; over it,
+``429 throttled`` with ``Retry-After`` and ``detail.rpm``, the message naming the key's limit.
+
 Redis unreachable: the throttle lets the request through and logs a warning (fail open). A
 submit must keep answering ``202`` while Redis is down (the row is the truth and the reconciler
 enqueues it later, docs/architecture.md#outages); refusing every submit during an outage, or
@@ -36,7 +40,9 @@ from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
+from api.errors import LimitExceeded
 from api.throttle_rates import parse_rate
+from keys.permissions import request_api_key
 from llmops.queues import LLM_QUEUE, throttle_key
 from runtime.redis_clients import queue_connection
 
@@ -78,6 +84,28 @@ return {0, left - math.floor(window * (limit - 1 - current) / previous)}
 )
 
 
+def _counted(scope: str, ident: object, requests: int, seconds: int) -> int | None:
+    """Count one request of ``ident`` in ``scope``: None if allowed (or Redis is unreachable:
+    fail open, logged), else the whole seconds until one more would be."""
+    try:
+        allowed, wait_ms = _SLIDING_WINDOW(
+            keys=[throttle_key(scope, ident)],
+            args=[requests, seconds * 1000],
+            client=queue_connection(LLM_QUEUE),
+        )
+    except RedisError as exc:
+        logger.warning(
+            "throttle %s not checked, request let through: Redis %s: %s",
+            scope,
+            type(exc).__name__,
+            exc,
+        )
+        return None
+    if allowed:
+        return None
+    return max(1, math.ceil(int(wait_ms) / 1000))
+
+
 class UserRateThrottle(BaseThrottle):
     """Writes per authenticated user, at the rate the setting ``rate_setting`` names, counted
     in Redis for every process (see the module's docstring). Subclasses set ``scope`` and
@@ -97,32 +125,34 @@ class UserRateThrottle(BaseThrottle):
         if rate is None or request.method in SAFE_METHODS or not user or not user.is_authenticated:
             return True
         requests, seconds = rate
-        try:
-            allowed, wait_ms = _SLIDING_WINDOW(
-                keys=[throttle_key(self.scope, user.pk)],
-                args=[requests, seconds * 1000],
-                client=queue_connection(LLM_QUEUE),
-            )
-        except RedisError as exc:
-            logger.warning(
-                "throttle %s not checked, request let through: Redis %s: %s",
-                self.scope,
-                type(exc).__name__,
-                exc,
-            )
-            return True
-        if allowed:
-            return True
-        self.retry_after = max(1, math.ceil(int(wait_ms) / 1000))
-        return False
+        self.retry_after = _counted(self.scope, user.pk, requests, seconds)
+        return self.retry_after is None
 
     def wait(self) -> float | None:
         return self.retry_after
 
 
 class SubmitThrottle(UserRateThrottle):
-    """Every endpoint that creates work (jobs, batches, pipelines): one rate per user across
-    all of them, ``LLM_SUBMIT_THROTTLE_RATE``."""
+    """Every endpoint that creates work (jobs, batches, pipelines, agent runs): one rate per
+    user across all of them, ``LLM_SUBMIT_THROTTLE_RATE``, and the API key's own ``rpm``."""
 
     scope = "submit"
     rate_setting = "LLM_SUBMIT_THROTTLE_RATE"
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        key = request_api_key(request)
+        if key is not None and key.rpm and request.method not in SAFE_METHODS:
+            wait = _counted(KEY_SUBMIT_SCOPE, key.id, key.rpm, 60)
+            if wait is not None:
+                raise LimitExceeded(
+                    f"This API key ({key.name}, {key.prefix}...) may submit {key.rpm} times a "
+                    f"minute; try again in {wait} s.",
+                    code="throttled",
+                    detail={"api_key": key.id, "rpm": key.rpm, "retry_after_seconds": wait},
+                    headers={"Retry-After": str(wait)},
+                )
+        return super().allow_request(request, view)
+
+
+KEY_SUBMIT_SCOPE = "key-submit"
+"""The throttle scope of a key's ``rpm``: counted per key id, whichever endpoint."""

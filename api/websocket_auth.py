@@ -1,9 +1,12 @@
-"""WebSocket authentication by API token, sent as the subprotocol pair ``token, <key>``.
+"""WebSocket authentication by API key, sent as the subprotocol pair ``token, <key>``.
 
 Browsers cannot set headers on a WebSocket, but they can offer subprotocols; a script sends
 ``Sec-WebSocket-Protocol: token, <key>``. A valid key sets ``scope["user"]`` (overriding any
-session) and ``scope["token_auth"]``, so the consumer accepts with the subprotocol ``token``; a
-wrong key leaves the user anonymous and the connection is refused.
+session), ``scope["token_auth"]`` and ``scope["api_key_scopes"]``, so the consumer accepts with
+the subprotocol ``token`` and checks the key's scopes; a wrong, revoked or expired key leaves
+the user anonymous and the connection is refused. The same keys as the HTTP API
+(keys/services.py ``api_key_authenticate``): its re-checks close a socket whose key was revoked
+or expired since.
 """
 
 from importlib import import_module
@@ -17,13 +20,15 @@ from django.contrib.auth.models import AnonymousUser
 
 
 @database_sync_to_async
-def _user_for_key(key: str) -> Any:
-    from rest_framework.authtoken.models import Token
+def _credentials_for_key(secret: str) -> tuple[Any, list[str] | None]:
+    """The key's user and scopes; anonymous (and no scopes) for a key that may not be used."""
+    from keys.services import KeyRefused, api_key_authenticate
 
-    token = Token.objects.select_related("user").filter(key=key).first()
-    if token is None or not token.user.is_active:
-        return AnonymousUser()
-    return token.user
+    try:
+        key = api_key_authenticate(secret=secret)
+    except KeyRefused:
+        return AnonymousUser(), []
+    return key.user, list(key.scopes)
 
 
 @database_sync_to_async
@@ -36,21 +41,23 @@ def _user_for_session(session_key: str | None) -> Any:
     return get_user(SimpleNamespace(session=engine.SessionStore(session_key)))  # type: ignore[arg-type]
 
 
-async def current_user(scope: Any) -> Any:
-    """The socket's user as of now, found again the way it was at connect: by its token (deleted,
-    or its user deactivated: anonymous) or by its session. The user is read afresh, so is_active,
-    is_staff and permissions are today's."""
+async def current_credentials(scope: Any) -> tuple[Any, list[str] | None]:
+    """The socket's user and its key's scopes as of now (None: a session, every scope), found
+    again the way they were at connect: by its key (revoked, expired, rotated past its grace, or
+    its user deactivated: anonymous) or by its session. Read afresh, so is_active, is_staff,
+    permissions and scopes are today's."""
     if scope.get("token_auth"):
-        return await _user_for_key(scope["subprotocols"][1])
+        return await _credentials_for_key(scope["subprotocols"][1])
     session = scope.get("session")
-    return await _user_for_session(session.session_key if session is not None else None)
+    return await _user_for_session(session.session_key if session is not None else None), None
 
 
 class TokenSubprotocolMiddleware(BaseMiddleware):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> Any:
         protocols = list(scope.get("subprotocols") or [])
         if len(protocols) >= 2 and protocols[0] == "token":
-            scope = dict(scope, user=await _user_for_key(protocols[1]), token_auth=True)
+            user, scopes = await _credentials_for_key(protocols[1])
+            scope = dict(scope, user=user, token_auth=True, api_key_scopes=scopes)
         return await super().__call__(scope, receive, send)
 
 

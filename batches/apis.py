@@ -34,6 +34,8 @@ from batches.serializers import BatchOutputSerializer, BatchRowSerializer
 from batches.services import batch_cancel, batch_submit
 from jobs.apis import JobOutputSerializer
 from jobs.models import LlmJob
+from keys.permissions import request_api_key_id
+from keys.scopes import JOBS_READ, JOBS_WRITE
 
 BATCH_ID = OpenApiParameter(
     "batch_id",
@@ -76,6 +78,7 @@ class BatchJobSerializer(JobOutputSerializer):
 
 
 class BatchListCreateApi(APIView):
+    required_scopes = {"GET": JOBS_READ, "POST": JOBS_WRITE}
     parser_classes = [BatchJSONParser]
     throttle_classes = [SubmitThrottle]  # POST only (one batch counts as one submit)
     pagination_class = Pagination
@@ -122,6 +125,7 @@ class BatchListCreateApi(APIView):
             user=cast(User, request.user),
             data=request.data,
             idempotency_key=idempotency_key(request),
+            api_key_id=request_api_key_id(request),
         )
         return accepted_response(request, batch, status_url_name="batches:batch-detail")
 
@@ -142,6 +146,8 @@ class BatchListCreateApi(APIView):
 
 
 class BatchDetailApi(APIView):
+    required_scopes = {"GET": JOBS_READ}
+
     @extend_schema(
         operation_id="batches_retrieve",
         summary="A batch: status, counters (items) and cost",
@@ -154,6 +160,7 @@ class BatchDetailApi(APIView):
 
 
 class BatchJobsApi(APIView):
+    required_scopes = {"GET": JOBS_READ}
     pagination_class = Pagination
 
     @extend_schema(
@@ -187,6 +194,8 @@ class BatchJobsApi(APIView):
 
 
 class BatchCancelApi(APIView):
+    required_scopes = {"POST": JOBS_WRITE}
+
     @extend_schema(
         operation_id="batches_cancel",
         summary="Cancel a batch: its jobs not yet running are cancelled",

@@ -31,6 +31,14 @@ class Batch(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    api_key = models.ForeignKey(
+        "keys.ApiKey",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The API key that submitted it (empty: a session, or before keys).",
+    )
     name = models.CharField(max_length=200, blank=True)
     feature = models.SlugField(max_length=64)
     model = models.CharField(max_length=100)

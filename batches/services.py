@@ -67,7 +67,11 @@ job is gone from Redis, lost it (flush, failover, an enqueue that failed after c
 
 
 def batch_submit(
-    *, user: User, data: Any, idempotency_key: str | None = None
+    *,
+    user: User,
+    data: Any,
+    idempotency_key: str | None = None,
+    api_key_id: int | None = None,
 ) -> tuple[Batch, bool]:
     """Validate every item as a job, then insert the batch, its jobs (identical items share one)
     and its items in one transaction; the jobs are enqueued in chunks after commit. One bad item
@@ -89,6 +93,7 @@ def batch_submit(
         shared=request.shared(),
         item_fields=ITEM_FIELDS,
         check_item=check_item_metadata,
+        api_key_id=api_key_id,
     )
     # Identical items (the same request fingerprint) share the job of the first of them.
     job_of_item: list[int] = []
@@ -106,6 +111,7 @@ def batch_submit(
         with transaction.atomic():
             batch = Batch.objects.create(
                 user=user,
+                api_key_id=api_key_id,
                 name=request.name,
                 feature=request.feature,
                 model=request.model,
@@ -120,6 +126,7 @@ def batch_submit(
             marker = {"id": str(batch.id)}
             jobs = jobs_submit_many(
                 user=user,
+                api_key_id=api_key_id,
                 new_jobs=[
                     NewJob(
                         request=replace(

@@ -238,20 +238,18 @@ def profile() -> None:
     from django.db import connection
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
-    from rest_framework.authtoken.models import Token
     from rq import SimpleWorker
 
     from jobs.models import LlmJob
     from jobs.runner import job_run
+    from keys.testing import api_key_for
     from llmops.queues import LLM_QUEUE
 
     redis_counter = RedisCounter()
     redis_counter.install()
     queue = django_rq.get_queue(LLM_QUEUE)
     user = get_user_model().objects.create_user("bench-profile")
-    client = Client(
-        HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}", HTTP_HOST="localhost"
-    )
+    client = Client(HTTP_AUTHORIZATION=f"Token {api_key_for(user)}", HTTP_HOST="localhost")
 
     def submit() -> str:
         # One feature throughout: its counter rows exist after the warm-up, as they do in a

@@ -458,11 +458,11 @@ def fan_out(stack: Stack, provider: str) -> None:
     import httpx
     from django.conf import settings
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
     from rq import Worker
 
     from jobs.models import LlmJob
     from jobs.services import job_submit
+    from keys.testing import api_key_for
     from llmops.queues import LLM_QUEUE
 
     queue = django_rq.get_queue(LLM_QUEUE)
@@ -489,7 +489,7 @@ def fan_out(stack: Stack, provider: str) -> None:
     users = []
     for u in range(math.ceil(JOBS / per_user)):
         user = get_user_model().objects.create_user(f"bench-streaming-{u}")
-        users.append((user, Token.objects.create(user=user).key))
+        users.append((user, api_key_for(user)))
     watches = [Watch(i, users[i // per_user][1]) for i in range(JOBS)]
 
     def submit(i: int) -> str:

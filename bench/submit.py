@@ -141,15 +141,15 @@ def main() -> None:
     import django_rq
     from django.conf import settings
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
 
     from jobs.models import LlmJob
+    from keys.testing import api_key_for
     from llmops.queues import LLM_QUEUE
 
     queue = django_rq.get_queue(LLM_QUEUE)
     queue.connection.flushdb()
     user = get_user_model().objects.create_user("bench-submit")
-    token = Token.objects.create(user=user).key
+    token = api_key_for(user)
 
     with tempfile.TemporaryDirectory(prefix="bench-submit-") as logs:
         stack = Stack(env, Path(logs))

@@ -9,9 +9,12 @@ from decimal import Decimal
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import transaction
-from rest_framework.authtoken.models import Token
 
 from chaos.safety import DRILL_USERNAME
+from keys.models import ApiKey
+from keys.scopes import ALL_SCOPES
+from keys.services import api_key_create, api_key_revoke
+from keys.validation import KeyRequest
 from ledger.models import Budget
 
 __all__ = [
@@ -81,11 +84,17 @@ def drill_budget_set_enabled(*, budget_id: int, enabled: bool) -> None:
 
 
 def drill_token_create(*, user: User) -> str:
-    Token.objects.filter(user=user).delete()
-    return str(Token.objects.create(user=user).key)
+    """A fresh API key of the drill's user (every scope), the ones before it revoked."""
+    drill_token_revoke(user=user)
+    _key, secret = api_key_create(
+        user=user, request=KeyRequest(name="chaos drill", scopes=list(ALL_SCOPES))
+    )
+    return secret
 
 
 def drill_token_revoke(*, user: User) -> int:
-    """Deletes the user's API token, as staff revoke one in the admin; returns how many."""
-    deleted, _ = Token.objects.filter(user=user).delete()
-    return deleted
+    """Revokes the user's API keys, as staff revoke one in the admin; returns how many."""
+    keys = list(ApiKey.objects.filter(user=user, revoked_at__isnull=True))
+    for key in keys:
+        api_key_revoke(key=key)
+    return len(keys)

@@ -24,6 +24,8 @@ from api.schema import PAGE_NOT_FOUND, error_headers, errors
 from dlq.models import FailureRecord
 from dlq.selectors import FILTERS, failure_list
 from dlq.services import failure_close, failure_requeue
+from keys.permissions import HasScope
+from keys.scopes import ADMIN
 
 
 class FailureJobSerializer(serializers.Serializer):
@@ -119,7 +121,8 @@ def _action_result(name: str, flag: str, meaning: str) -> serializers.Serializer
 
 
 class FailureListApi(APIView):
-    permission_classes = [IsAdminUser, CanViewFailures]
+    required_scopes = {"GET": ADMIN}
+    permission_classes = [HasScope, IsAdminUser, CanViewFailures]
     pagination_class = PageNumberPagination
 
     @extend_schema(
@@ -149,7 +152,8 @@ class FailureListApi(APIView):
 
 
 class FailureRequeueApi(APIView):
-    permission_classes = [IsAdminUser]
+    required_scopes = {"POST": ADMIN}
+    permission_classes = [HasScope, IsAdminUser]
 
     @extend_schema_serializer(component_name="FailureRequeue")
     class InputSerializer(serializers.Serializer):
@@ -186,7 +190,8 @@ class FailureRequeueApi(APIView):
 
 
 class FailureResolveApi(APIView):
-    permission_classes = [IsAdminUser]
+    required_scopes = {"POST": ADMIN}
+    permission_classes = [HasScope, IsAdminUser]
 
     @extend_schema_serializer(component_name="FailureResolve")
     class InputSerializer(serializers.Serializer):

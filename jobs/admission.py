@@ -30,10 +30,10 @@ def check_against_price_table(*, model: str, max_tokens: int) -> None:
         )
 
 
-def check_budgets_not_spent(*, feature: str, user: User) -> None:
-    """A feature or user whose hard budget is already spent this window gets 429 at submit, with
-    ``Retry-After`` at the window reset, and nothing is written."""
-    exhausted = budgets_exhausted_for(feature=feature, user_id=user.id)
+def check_budgets_not_spent(*, feature: str, user: User, api_key_id: int | None = None) -> None:
+    """A feature, user or API key whose hard budget is already spent this window gets 429 at
+    submit, with ``Retry-After`` at the window reset, and nothing is written."""
+    exhausted = budgets_exhausted_for(feature=feature, user_id=user.id, api_key_id=api_key_id)
     if not exhausted:
         return
     reset = max(usage.window_end for usage in exhausted)

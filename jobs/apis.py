@@ -39,6 +39,8 @@ from jobs.selectors import (
     job_wait_while_running,
 )
 from jobs.services import job_cancel, job_submit
+from keys.permissions import request_api_key_id
+from keys.scopes import JOBS_READ, JOBS_WRITE
 
 JOB_ID = OpenApiParameter(
     "job_id",
@@ -107,6 +109,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
 
 
 class JobListCreateApi(APIView):
+    required_scopes = {"GET": JOBS_READ, "POST": JOBS_WRITE}
     throttle_classes = [SubmitThrottle]  # POST only: the list is never throttled
 
     pagination_class = Pagination
@@ -154,6 +157,7 @@ class JobListCreateApi(APIView):
             user=cast(User, request.user),
             data=request.data,
             idempotency_key=idempotency_key(request),
+            api_key_id=request_api_key_id(request),
         )
         return accepted_response(request, job, status_url_name="jobs:job-detail")
 
@@ -180,6 +184,8 @@ class JobListCreateApi(APIView):
 
 
 class JobDetailApi(APIView):
+    required_scopes = {"GET": JOBS_READ}
+
     @extend_schema(
         operation_id="jobs_retrieve",
         summary="One of the caller's jobs",
@@ -192,6 +198,8 @@ class JobDetailApi(APIView):
 
 
 class JobCancelApi(APIView):
+    required_scopes = {"POST": JOBS_WRITE}
+
     @extend_schema(
         operation_id="jobs_cancel",
         summary="Cancel a job: waiting, or running (its stream is closed)",

@@ -76,6 +76,7 @@ def job_requests_validate(
     shared: dict[str, Any],
     item_fields: frozenset[str],
     check_item: Callable[[JobRequest], None] | None = None,
+    api_key_id: int | None = None,
 ) -> list[JobRequest]:
     """Validate every item as a job body made of the item's fields and the ``shared`` ones
     (``feature``, ``model``). Refuses everything with one ``400 invalid_items`` naming the index
@@ -114,7 +115,7 @@ def job_requests_validate(
             detail={"indexes": bad, "errors": errors, "errors_truncated": len(bad) > len(errors)},
         )
     if requests:
-        check_budgets_not_spent(feature=requests[0].feature, user=user)
+        check_budgets_not_spent(feature=requests[0].feature, user=user, api_key_id=api_key_id)
     return requests
 
 
@@ -149,11 +150,16 @@ def _validate_item(
     return request
 
 
-def jobs_submit_many(*, user: User, new_jobs: Sequence[NewJob]) -> list[LlmJob]:
+def jobs_submit_many(
+    *, user: User, new_jobs: Sequence[NewJob], api_key_id: int | None = None
+) -> list[LlmJob]:
     """Insert validated jobs, count and announce them (SUBMITTED), and push their RQ jobs in
     chunks once the caller's transaction commits. Call inside that transaction."""
     jobs = [
-        job_build(user=user, request=new.request, fingerprint=new.fingerprint) for new in new_jobs
+        job_build(
+            user=user, request=new.request, fingerprint=new.fingerprint, api_key_id=api_key_id
+        )
+        for new in new_jobs
     ]
     insert_rows(jobs)
     transitions_committed(jobs, Transition.SUBMITTED)

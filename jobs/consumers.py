@@ -6,11 +6,12 @@ completes with an application code: 4401 unauthenticated, 4403 ``?all=1`` for a 
 read every job (staff with ``jobs.view_llmjob``), 4404 a ``?job=`` that is not the user's.
 
 An open socket keeps only what its user still has: every ``WS_REAUTH_SECONDS`` it authorizes
-again, with the code connect uses, and closes 4401 or 4403 when the token, session, user or
-permission is gone. The same beat renews its group (a Redis restart loses groups) and its place
-among its user's sockets (at most ``WS_MAX_CONNECTIONS_PER_USER``: one more is accepted, then
-closed 4429). Events wait for a slow client in a queue of at most ``WS_MAX_QUEUED_BYTES``; past
-it the socket is closed 4413, and the client catches up over the REST API.
+again, with the code connect uses, and closes 4401 or 4403 when the key (revoked, expired),
+session, user or permission (or the key's ``jobs:read`` scope) is gone. The same beat renews
+its group (a Redis restart loses groups) and its place among its user's sockets (at most
+``WS_MAX_CONNECTIONS_PER_USER``: one more is accepted, then closed 4429). Events wait for a
+slow client in a queue of at most ``WS_MAX_QUEUED_BYTES``; past it the socket is closed 4413,
+and the client catches up over the REST API.
 """
 
 import asyncio
@@ -29,10 +30,11 @@ from django.conf import settings
 from redis.exceptions import RedisError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
-from api.websocket_auth import current_user
+from api.websocket_auth import current_credentials
 from jobs.live_output import DELTA_EVENT, partial_text
 from jobs.models import LlmJob
 from jobs.sockets import socket_register, socket_rejoin, socket_renew, socket_unregister
+from keys.scopes import JOBS_READ
 from llmops.queues import all_jobs_group, job_events_group, job_group
 
 logger = logging.getLogger("jobs.consumers")
@@ -103,11 +105,16 @@ def _parse_uuid(value: str) -> uuid.UUID | None:
         return None
 
 
-async def authorize(user: Any, query_string: bytes) -> tuple[str | None, int | None]:
+async def authorize(
+    user: Any, query_string: bytes, scopes: list[str] | None = None
+) -> tuple[str | None, int | None]:
     """The group ``user`` may hear for this query, or the close code that refuses it: at connect
-    and at every re-check alike."""
+    and at every re-check alike. ``scopes``: those of the API key the socket opened with (None
+    for a session); the events are the jobs API's reads, so a key needs ``jobs:read``."""
     if user is None or not user.is_authenticated:
         return None, CLOSE_UNAUTHENTICATED
+    if scopes is not None and JOBS_READ not in scopes:
+        return None, CLOSE_FORBIDDEN
     query = parse_qs(query_string.decode())
     job_ids = query.get("job")
     if job_ids:
@@ -154,7 +161,9 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self) -> None:
         user = self.scope.get("user")
-        group, refusal = await authorize(user, self.scope.get("query_string", b""))
+        group, refusal = await authorize(
+            user, self.scope.get("query_string", b""), self.scope.get("api_key_scopes")
+        )
         if refusal is not None or group is None:
             await self.close(code=refusal)
             return
@@ -307,8 +316,8 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
             # A little early at random, so that sockets opened together do not check together.
             await asyncio.sleep(settings.WS_REAUTH_SECONDS * random.uniform(0.8, 1.0))
             try:
-                user = await current_user(self.scope)
-                group, refusal = await authorize(user, self.scope.get("query_string", b""))
+                user, scopes = await current_credentials(self.scope)
+                group, refusal = await authorize(user, self.scope.get("query_string", b""), scopes)
                 if group is None or group != self.joined or user.id != self.user_id:
                     refusal = refusal or CLOSE_FORBIDDEN
                     logger.info("socket %s closed %d: access lost", self.channel_name, refusal)

@@ -193,15 +193,18 @@ def job_submit(
     data: Any,
     idempotency_key: str | None = None,
     messages_ref: dict[str, Any] | None = None,
+    api_key_id: int | None = None,
 ) -> tuple[LlmJob, bool]:
     """Validate, insert, enqueue on commit. Returns (job, created); a repeated idempotency key
     returns the first job. Keys compare byte for byte: ``Key-A`` and ``key-a`` are two keys.
 
     ``messages_ref`` (jobs/message_refs.py ``make_ref`` of ``data["messages"]``): the job stores
-    the reference instead of its messages, which are validated here all the same."""
+    the reference instead of its messages, which are validated here all the same.
+    ``api_key_id``: the API key that submits it (recorded on the job and its ledger rows, and
+    its budget applies)."""
     request = validate_job_request(data)
     check_against_price_table(model=request.model, max_tokens=request.max_tokens)
-    check_budgets_not_spent(feature=request.feature, user=user)
+    check_budgets_not_spent(feature=request.feature, user=user, api_key_id=api_key_id)
     fingerprint = request.fingerprint()
 
     key_hash = None
@@ -219,6 +222,7 @@ def job_submit(
                 fingerprint=fingerprint,
                 idempotency_key=idempotency_key or None,
                 idempotency_key_hash=key_hash,
+                api_key_id=api_key_id,
             )
             if messages_ref is not None:
                 if messages_ref.get("sha256") != message_refs.digest(request.messages):
@@ -245,6 +249,7 @@ def job_build(
     fingerprint: str,
     idempotency_key: str | None = None,
     idempotency_key_hash: str | None = None,
+    api_key_id: int | None = None,
 ) -> LlmJob:
     """The row of a new job, not saved yet: inserted already pointing at its RQ job, so no
     second write says so (``job_submit``, and many at once in jobs/bulk.py)."""
@@ -252,6 +257,7 @@ def job_build(
         rq_job_id=uuid.uuid4().hex,
         enqueued_at=timezone.now(),
         user=user,
+        api_key_id=api_key_id,
         feature=request.feature,
         model=request.model,
         messages=request.messages,

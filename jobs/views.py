@@ -18,6 +18,7 @@ from api.submit_throttles import SubmitThrottle
 from api.submits import accepted_response
 from jobs.live_faults import fault_choices, live_fault_submit
 from jobs.models import LlmJob
+from keys.scopes import JOBS_WRITE
 from ledger.models import ModelPrice
 
 
@@ -42,6 +43,7 @@ class LiveFaultJobApi(APIView):
     """``POST {"fault": <name>, "job": <submit body>}``: ``202`` as ``POST /api/v1/jobs/``."""
 
     throttle_classes = [SubmitThrottle]
+    required_scopes = {"POST": JOBS_WRITE}
 
     def post(self, request: Request) -> Response:
         job = live_fault_submit(user=cast(User, request.user), data=request.data)

@@ -49,7 +49,7 @@ def bar_level(*, percent_used: Decimal, soft_alert_percent: int) -> str:
     return "ok"
 
 
-SCOPE_CONSTRAINT = "budget_scope_is_consistent"
+SCOPE_CONSTRAINT = "budget_scope_is_consistent_with_keys"
 
 
 class BudgetAdminForm(forms.ModelForm):
@@ -62,6 +62,7 @@ class BudgetAdminForm(forms.ModelForm):
             "scope",
             "feature",
             "user",
+            "api_key",
             "period",
             "limit_usd",
             "soft_alert_percent",
@@ -95,19 +96,20 @@ class BudgetAdmin(admin.ModelAdmin):
     list_display_links = ["budget_name"]
     list_editable = ["enabled"]
     list_filter = ["scope", "period", "enabled"]
-    list_select_related = ["user"]
-    search_fields = ["feature", "user__username"]
-    autocomplete_fields = ["user"]
+    list_select_related = ["user", "api_key"]
+    search_fields = ["feature", "user__username", "api_key__name", "api_key__prefix"]
+    autocomplete_fields = ["user", "api_key"]
     readonly_fields = ["spent", "reserved", "remaining", "percent_used", "forecast"]
     fieldsets = [
         (
             "What it limits",
             {
-                "fields": ["scope", "feature", "user"],
+                "fields": ["scope", "feature", "user", "api_key"],
                 "description": (
                     "A feature budget names a feature (and no user); a user budget names a user "
-                    "(and no feature). A job counts against every enabled budget of its feature "
-                    "and of its owner."
+                    "(and no feature); a key budget names an API key (its max_budget_usd, one "
+                    "per key). A job counts against every enabled budget of its feature, of its "
+                    "owner and of the key that submitted it."
                 ),
             },
         ),

@@ -33,6 +33,7 @@ HEADERS = {
     "model": "Model",
     "user": "User",
     "day": "Day (UTC)",
+    "key": "API key",
     "jobs": "Jobs",
     "attempts": "Attempts",
     "input_tokens": "Input tokens",

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from api.errors import ApplicationError
 from api.schema import error_headers, errors
+from keys.scopes import COSTS_READ
 from ledger.selectors import (
     REPORT_GROUPS,
     CostReport,
@@ -82,16 +83,19 @@ def cost_report_data(report: CostReport, filters: dict[str, Any]) -> dict[str, A
 
 
 class CostReportApi(APIView):
-    """``GET /api/v1/costs/?group_by=feature|model|user|day&since=&until=&feature=&model=&user=``
+    """``GET /api/v1/costs/?group_by=feature|model|user|day|key&since=&until=&feature=&model=``
+    ``&user=``
 
     Staff with ``ledger.view_costentry`` see every user's spend and may filter by ``user``
     (username or id); anyone else sees only their own, and a ``user`` filter naming anyone else
     is refused (403).
     """
 
+    required_scopes = {"GET": COSTS_READ}
+
     @extend_schema(
         operation_id="costs_report",
-        summary="Spend grouped by feature, model, user or day",
+        summary="Spend grouped by feature, model, user, day or API key",
         parameters=[
             OpenApiParameter("group_by", enum=list(REPORT_GROUPS), default=REPORT_GROUPS[0]),
             OpenApiParameter("since", str, description=f"{_TIME} Default: 30 days before until."),

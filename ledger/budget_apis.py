@@ -11,6 +11,8 @@ from rest_framework.views import APIView
 from api.errors import NotFound
 from api.pagination import paginated_response
 from api.schema import PAGE_NOT_FOUND, error_headers, errors
+from keys.permissions import HasScope
+from keys.scopes import ADMIN
 from ledger.forecast import budget_status, budget_statuses
 from ledger.models import Budget
 
@@ -68,8 +70,9 @@ class BudgetStatusOutputSerializer(serializers.Serializer):
 
 
 class BudgetListApi(APIView):
+    required_scopes = {"GET": ADMIN}
     # Staff only: budgets show every feature's and every user's spend.
-    permission_classes = [IsAdminUser]
+    permission_classes = [HasScope, IsAdminUser]
     pagination_class = PageNumberPagination
 
     @extend_schema(
@@ -93,8 +96,9 @@ class BudgetListApi(APIView):
 
 
 class BudgetDetailApi(APIView):
+    required_scopes = {"GET": ADMIN}
     # Staff only: budgets show every feature's and every user's spend.
-    permission_classes = [IsAdminUser]
+    permission_classes = [HasScope, IsAdminUser]
 
     @extend_schema(
         operation_id="budgets_retrieve",

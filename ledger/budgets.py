@@ -85,29 +85,33 @@ def window_bounds(period: str, at: datetime | None = None) -> tuple[datetime, da
 
 
 def budgets_for(
-    *, feature: str, user_id: int | None, include_disabled: bool = False
+    *,
+    feature: str,
+    user_id: int | None,
+    api_key_id: int | None = None,
+    include_disabled: bool = False,
 ) -> list[Budget]:
     """The enabled budgets (every one, with ``include_disabled``) that apply to a job of this
-    feature and user, in id order. Read from this process's copy when it is current
+    feature, user and API key, in id order. Read from this process's copy when it is current
     (ledger/config_cache.py); they are shared: never change them."""
     snapshot = config_snapshot()
     if snapshot is not None:
-        return snapshot.budgets_for(feature, user_id, include_disabled=include_disabled)
+        return snapshot.budgets_for(feature, user_id, api_key_id, include_disabled=include_disabled)
     budgets = Budget.objects.all() if include_disabled else Budget.objects.filter(enabled=True)
-    return list(
-        budgets.filter(
-            Q(scope=Budget.Scope.FEATURE, feature=feature)
-            | Q(scope=Budget.Scope.USER, user_id=user_id)
-        )
-        .select_related("user")
-        .order_by("id")
+    scope = Q(scope=Budget.Scope.FEATURE, feature=feature) | Q(
+        scope=Budget.Scope.USER, user_id=user_id
     )
+    if api_key_id is not None:
+        scope |= Q(scope=Budget.Scope.KEY, api_key_id=api_key_id)
+    return list(budgets.filter(scope).select_related("user", "api_key").order_by("id"))
 
 
 def _ledger_spend(budget: Budget, start: datetime, end: datetime) -> Decimal:
     entries = CostEntry.objects.filter(created_at__gte=start, created_at__lt=end)
     if budget.scope == Budget.Scope.FEATURE:
         entries = entries.filter(feature=budget.feature)
+    elif budget.scope == Budget.Scope.KEY:
+        entries = entries.filter(api_key_id=budget.api_key_id)
     else:
         entries = entries.filter(user=budget.user)
     return entries.aggregate(total=Sum("cost_usd"))["total"] or Decimal(0)
@@ -187,7 +191,7 @@ def budgets_used_ratio(*, at: datetime | None = None) -> dict[tuple[str, str], f
     queries whatever the number of budgets (the metrics scrape reads it)."""
     now = at or timezone.now()
     starts = {period: window_bounds(period, now)[0] for period in Budget.Period.values}
-    budgets = list(Budget.objects.filter(enabled=True).select_related("user"))
+    budgets = list(Budget.objects.filter(enabled=True).select_related("user", "api_key"))
     spent = {
         (budget_id, start): amount
         for budget_id, start, amount in BudgetWindow.objects.filter(
@@ -202,6 +206,8 @@ def budgets_used_ratio(*, at: datetime | None = None) -> dict[tuple[str, str], f
             amount = _ledger_spend(budget, start, window_bounds(budget.period, now)[1])
         if budget.scope == Budget.Scope.FEATURE:
             name = budget.feature
+        elif budget.scope == Budget.Scope.KEY:
+            name = budget.key_label
         else:
             name = budget.user.username if budget.user else ""
         ratio = float(amount / budget.limit_usd) if budget.limit_usd > 0 else 1.0
@@ -210,13 +216,13 @@ def budgets_used_ratio(*, at: datetime | None = None) -> dict[tuple[str, str], f
     return ratios
 
 
-def budgets_exhausted_for(*, feature: str, user_id: int | None) -> list[BudgetUsage]:
-    """The budgets of this feature or user whose current window is already spent (submit check)."""
-    return [
-        usage
-        for usage in (budget_usage(budget=b) for b in budgets_for(feature=feature, user_id=user_id))
-        if usage.exhausted
-    ]
+def budgets_exhausted_for(
+    *, feature: str, user_id: int | None, api_key_id: int | None = None
+) -> list[BudgetUsage]:
+    """The budgets of this feature, user or key whose current window is already spent (submit
+    check)."""
+    budgets = budgets_for(feature=feature, user_id=user_id, api_key_id=api_key_id)
+    return [usage for usage in (budget_usage(budget=b) for b in budgets) if usage.exhausted]
 
 
 @dataclass(frozen=True)
@@ -270,7 +276,7 @@ def budget_reserve(*, job: "LlmJob", attempt: int) -> BudgetRefusal | Reservatio
     """
     from ledger.selectors import price_for_model  # imports alerts, which imports this module
 
-    budgets = budgets_for(feature=job.feature, user_id=job.user_id)
+    budgets = budgets_for(feature=job.feature, user_id=job.user_id, api_key_id=job.api_key_id)
     if not budgets:
         return Reservation(token=None)
     price = price_for_model(model=job.model)
@@ -438,7 +444,12 @@ def budget_settle(*, entry: CostEntry, job: "LlmJob") -> None:
             BudgetReservation.objects.filter(id=reservation.id, settled_at__isnull=True).update(
                 settled_at=now, settled_usd=entry.cost_usd
             )
-    scope = budgets_for(feature=entry.feature, user_id=entry.user_id, include_disabled=True)
+    scope = budgets_for(
+        feature=entry.feature,
+        user_id=entry.user_id,
+        api_key_id=entry.api_key_id,
+        include_disabled=True,
+    )
     for budget in scope:
         held = by_budget.get(budget.id)
         start, end = window_bounds(budget.period, held.window_start if held else now)
@@ -460,9 +471,9 @@ def budget_settle(*, entry: CostEntry, job: "LlmJob") -> None:
         if budget.enabled:  # a disabled budget keeps count but sends no alert
             touched.add((budget.id, start))
     for budget_id, start in sorted(touched):
-        window = BudgetWindow.objects.select_related("budget", "budget__user").get(
-            budget_id=budget_id, window_start=start
-        )
+        window = BudgetWindow.objects.select_related(
+            "budget", "budget__user", "budget__api_key"
+        ).get(budget_id=budget_id, window_start=start)
         _alert_thresholds_once(window)
 
 

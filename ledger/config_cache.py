@@ -56,7 +56,8 @@ class Snapshot:
     """Every price row of each model, the latest ``effective_from`` first."""
     budgets_by_feature: dict[str, list[Budget]] = field(default_factory=dict)
     budgets_by_user: dict[int, list[Budget]] = field(default_factory=dict)
-    """Every budget, enabled or not (with its user), by scope, each list in id order: a
+    budgets_by_key: dict[int, list[Budget]] = field(default_factory=dict)
+    """Every budget, enabled or not (with its user or key), by scope, each list in id order: a
     disabled budget still counts spend (ledger/budgets.py ``budget_settle``)."""
 
     def price_at(self, model: str, at: datetime) -> ModelPrice | None:
@@ -66,11 +67,18 @@ class Snapshot:
         return None
 
     def budgets_for(
-        self, feature: str, user_id: int | None, *, include_disabled: bool = False
+        self,
+        feature: str,
+        user_id: int | None,
+        api_key_id: int | None = None,
+        *,
+        include_disabled: bool = False,
     ) -> list[Budget]:
         found = list(self.budgets_by_feature.get(feature, ()))
         if user_id is not None:
             found += self.budgets_by_user.get(user_id, ())
+        if api_key_id is not None:
+            found += self.budgets_by_key.get(api_key_id, ())
         if not include_disabled:
             found = [budget for budget in found if budget.enabled]
         return sorted(found, key=lambda budget: budget.id)
@@ -141,13 +149,20 @@ def _load(token: str) -> Snapshot:
         prices.setdefault(price.model, []).append(price)
     by_feature: dict[str, list[Budget]] = {}
     by_user: dict[int, list[Budget]] = {}
-    for budget in Budget.objects.select_related("user").order_by("id"):
+    by_key: dict[int, list[Budget]] = {}
+    for budget in Budget.objects.select_related("user", "api_key").order_by("id"):
         if budget.scope == Budget.Scope.FEATURE:
             by_feature.setdefault(budget.feature, []).append(budget)
+        elif budget.scope == Budget.Scope.KEY and budget.api_key_id is not None:
+            by_key.setdefault(budget.api_key_id, []).append(budget)
         elif budget.user_id is not None:
             by_user.setdefault(budget.user_id, []).append(budget)
     return Snapshot(
-        token=token, prices=prices, budgets_by_feature=by_feature, budgets_by_user=by_user
+        token=token,
+        prices=prices,
+        budgets_by_feature=by_feature,
+        budgets_by_user=by_user,
+        budgets_by_key=by_key,
     )
 
 

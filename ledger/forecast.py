@@ -109,6 +109,8 @@ def lookback_hours_for(*, budget: Budget, window_start: datetime, now: datetime)
 def _scope_spend(budget: Budget, start: datetime, end: datetime) -> Decimal:
     if budget.scope == Budget.Scope.FEATURE:
         scope = Q(feature=budget.feature)
+    elif budget.scope == Budget.Scope.KEY:
+        scope = Q(api_key_id=budget.api_key_id)
     else:
         scope = Q(user_id=budget.user_id)
     entries = CostEntry.objects.filter(scope, created_at__gte=start, created_at__lte=end)

@@ -147,6 +147,15 @@ class CostEntry(models.Model):
         related_name="+",
         help_text="The job's owner, copied like feature and model so reports need no join.",
     )
+    api_key = models.ForeignKey(
+        "keys.ApiKey",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The API key that submitted the job (empty: a session, or before keys), "
+        "copied like the user.",
+    )
     price = models.ForeignKey(ModelPrice, on_delete=models.PROTECT, null=True, blank=True)
     outcome = models.CharField(max_length=20, choices=Outcome.choices)
     http_status = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -197,6 +206,10 @@ class CostEntry(models.Model):
                 fields=["created_at", "feature", "model", "user", *REPORT_COLUMNS],
                 name="cost_report_created",
             ),
+            models.Index(
+                fields=["api_key", "created_at", "feature", "model", "user", *REPORT_COLUMNS],
+                name="cost_report_key",
+            ),
             # The ops dashboard's attempts and failed attempts per minute (bench/dashboard.py).
             models.Index(
                 fields=["created_at", "entry_type", "outcome"], name="cost_dashboard_created"
@@ -227,7 +240,7 @@ class CostEntry(models.Model):
 
 
 class Budget(models.Model):
-    """A hard spending limit for one feature or one user, per UTC day or month.
+    """A hard spending limit for one feature, one user or one API key, per UTC day or month.
 
     Before each provider call the worker reserves the attempt's worst case against every budget
     that applies (ledger/budgets.py); the ledger row of the attempt settles it. Settled spend never
@@ -237,6 +250,7 @@ class Budget(models.Model):
     class Scope(models.TextChoices):
         FEATURE = "feature", "Feature"
         USER = "user", "User"
+        KEY = "key", "API key"
 
     class Period(models.TextChoices):
         DAY = "day", "Day (UTC)"
@@ -256,6 +270,14 @@ class Budget(models.Model):
         related_name="+",
         help_text="For a user budget.",
     )
+    api_key = models.ForeignKey(
+        "keys.ApiKey",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="budgets",
+        help_text="For a key budget (the key's max_budget_usd).",
+    )
     period = models.CharField(max_length=10, choices=Period.choices, default=Period.MONTH)
     limit_usd = models.DecimalField(max_digits=14, decimal_places=6)
     soft_alert_percent = models.PositiveSmallIntegerField(
@@ -274,10 +296,16 @@ class Budget(models.Model):
         ]
         constraints = [
             models.CheckConstraint(
-                condition=(models.Q(scope="feature", user__isnull=True) & ~models.Q(feature=""))
-                | models.Q(scope="user", user__isnull=False, feature=""),
-                name="budget_scope_is_consistent",
+                condition=(
+                    models.Q(scope="feature", user__isnull=True, api_key__isnull=True)
+                    & ~models.Q(feature="")
+                )
+                | models.Q(scope="user", user__isnull=False, feature="", api_key__isnull=True)
+                | models.Q(scope="key", api_key__isnull=False, user__isnull=True, feature=""),
+                name="budget_scope_is_consistent_with_keys",
             ),
+            # A key has one max_budget_usd (per day or per month).
+            models.UniqueConstraint(fields=["api_key"], name="one_budget_per_api_key"),
             models.CheckConstraint(
                 condition=models.Q(limit_usd__gt=0), name="budget_limit_positive"
             ),
@@ -294,15 +322,27 @@ class Budget(models.Model):
     def name(self) -> str:
         if self.scope == self.Scope.FEATURE:
             return f"feature:{self.feature}"
+        if self.scope == self.Scope.KEY:
+            return f"key:{self.key_label}"
         return f"user:{self.user.get_username() if self.user else self.user_id}"
+
+    @property
+    def key_label(self) -> str:
+        """A key budget's key as labels show it: its id and name (the prefix changes with each
+        rotation; the id does not)."""
+        return f"{self.api_key_id} {self.api_key.name}" if self.api_key else str(self.api_key_id)
 
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
-        if self.scope == self.Scope.FEATURE and (not self.feature or self.user_id):
-            raise ValidationError("A feature budget names a feature and no user.")
-        if self.scope == self.Scope.USER and (not self.user_id or self.feature):
-            raise ValidationError("A user budget names a user and no feature.")
+        if self.scope == self.Scope.FEATURE and (
+            not self.feature or self.user_id or self.api_key_id
+        ):
+            raise ValidationError("A feature budget names a feature and no user or key.")
+        if self.scope == self.Scope.USER and (not self.user_id or self.feature or self.api_key_id):
+            raise ValidationError("A user budget names a user and no feature or key.")
+        if self.scope == self.Scope.KEY and (not self.api_key_id or self.feature or self.user_id):
+            raise ValidationError("A key budget names an API key and no feature or user.")
 
 
 class BudgetWindow(models.Model):

@@ -63,7 +63,7 @@ def cost_entries_for_job(*, job_id: UUID) -> QuerySet[CostEntry]:
 
 # --- Cost reports -----------------------------------------------------------------------------
 
-REPORT_GROUPS = ("feature", "model", "user", "day")
+REPORT_GROUPS = ("feature", "model", "user", "day", "key")
 """What a cost report can group by; the first is the default."""
 
 REPORT_DEFAULT_DAYS = 30
@@ -206,6 +206,7 @@ def cost_report(
         "feature": (F("feature"), F("job__feature")),
         "model": (F("model"), F("job__model")),
         "user": (F("user_id"), F("job__user_id")),
+        "key": (F("api_key_id"), F("job__api_key_id")),
         # The ranges are UTC and so are the days, whatever the server's time zone.
         "day": (TruncDate("created_at", tzinfo=UTC), TruncDate("created_at", tzinfo=UTC)),
     }[group_by]
@@ -262,24 +263,39 @@ def cost_report(
 def _total_jobs(group_by: str, entries: QuerySet[CostEntry], rows: list[CostReportRow]) -> int:
     """Distinct jobs over the whole report.
 
-    Every row of a job carries the job's feature and user (a correction books against its
-    attempt's feature; a job keeps its feature and owner for life), so by feature or by user no
-    job is in two groups and the groups' counts add up: no second pass over the range. By model
-    (a requeue may switch model) or by day a job can be in two groups: count them in SQL.
+    Every row of a job carries the job's feature, user and key (a correction books against its
+    attempt's feature; a job keeps its feature, owner and key for life), so by feature, user or
+    key no job is in two groups and the groups' counts add up: no second pass over the range. By
+    model (a requeue may switch model) or by day a job can be in two groups: count them in SQL.
     """
     if not rows:
         return 0
-    if group_by in ("feature", "user"):
+    if group_by in ("feature", "user", "key"):
         return sum(row.jobs for row in rows)
     return int(entries.aggregate(jobs=Count("job_id", distinct=True))["jobs"])
 
 
+def api_key_label(key: Any) -> str:
+    """A key as reports name it: its name, id and the prefix of its current secret."""
+    return f"{key.name} (#{key.id}, {key.prefix}...)"
+
+
 def _report_keys(group_by: str, groups: list[Any]) -> dict[Any, str | None]:
-    """What each group is called in a report: usernames for user ids (one query), ISO dates."""
+    """What each group is called in a report: usernames for user ids, key labels for key ids
+    (one query each), ISO dates."""
     if group_by == "user":
         ids = [group for group in groups if group is not None]
         usernames = dict(User.objects.filter(id__in=ids).values_list("id", "username"))
         return {group: usernames.get(group) for group in groups}
     if group_by == "day":
         return {group: group.isoformat() if group else None for group in groups}
+    if group_by == "key":
+        from keys.models import ApiKey  # keys imports the ledger
+
+        ids = [group for group in groups if group is not None]
+        labels = {
+            key.id: api_key_label(key)
+            for key in ApiKey.objects.filter(id__in=ids).only("id", "name", "prefix")
+        }
+        return {group: labels.get(group) for group in groups}
     return {group: group for group in groups}

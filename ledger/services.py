@@ -168,6 +168,7 @@ def _create_row(
         feature=corrects.feature if corrects else job.feature,
         model=corrects.model if corrects else job.model,
         user_id=job.user_id,
+        api_key_id=job.api_key_id,
         price=price,
         outcome=record.outcome,
         http_status=record.http_status,

@@ -50,7 +50,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "rest_framework",
-    "rest_framework.authtoken",
     # The OpenAPI schema and Swagger UI, served from our own static files (no CDN).
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -69,6 +68,7 @@ INSTALLED_APPS = [
     "pipelines",
     "agents",
     "loops",
+    "keys",
 ]
 
 MIDDLEWARE = [
@@ -135,19 +135,23 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        # Token first so that an unauthenticated request answers 401 with WWW-Authenticate;
-        # "Token <key>" or "Bearer <key>" (api/authentication.py).
+        # API keys first so that an unauthenticated request answers 401 with WWW-Authenticate;
+        # "Bearer <key>" or "Token <key>" (api/authentication.py).
         "api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # A key's scopes (keys/permissions.py); a view with permission_classes of its own lists both.
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "keys.permissions.HasScope",
+    ],
     "DEFAULT_PARSER_CLASSES": ["api.parsers.LimitedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": env.integer("API_PAGE_SIZE", 50, minimum=1),
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "api.schema.ScopedAutoSchema",  # with each operation's key scope
 }
 # Ten a second per user, sustained: above any person or integration, below a runaway loop.
 LLM_SUBMIT_THROTTLE_RATE = env.str("LLM_SUBMIT_THROTTLE_RATE", "") or "600/min"
@@ -188,6 +192,21 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
 }
+
+# --- API keys (keys/, docs/operations.md#api-keys) -------------------------------------------
+# Keys are stored as HMAC-SHA256 under this secret, never in the database. Empty: derived from
+# DJANGO_SECRET_KEY (then rotating that one invalidates every key), or, with neither set, a fixed
+# development value. Old values in API_KEY_HASH_SECRET_FALLBACKS keep keys working while rotating.
+API_KEY_HASH_SECRET = env.str("API_KEY_HASH_SECRET", "") or (
+    "derived:" + (env.str("DJANGO_SECRET_KEY", "") or DEVELOPMENT_SECRET_KEY)
+)
+API_KEY_HASH_SECRET_FALLBACKS = env.names("API_KEY_HASH_SECRET_FALLBACKS")
+# A rotated key's old secret works this long unless the rotation says otherwise (a day).
+API_KEY_ROTATION_GRACE_SECONDS = env.integer("API_KEY_ROTATION_GRACE_SECONDS", 86400, minimum=0)
+# last_used_at is written at most this often per key: one UPDATE a minute, not one a request.
+API_KEY_LAST_USED_INTERVAL_SECONDS = env.number(
+    "API_KEY_LAST_USED_INTERVAL_SECONDS", 60.0, minimum=0.0
+)
 
 # --- Redis, queues, workers -------------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -26,6 +26,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/me/", MeApi.as_view(), name="me"),
+    path("api/v1/keys/", include("keys.urls")),
     path("api/v1/jobs/", include("jobs.urls")),
     path("api/v1/failures/", include("dlq.urls")),
     path("api/v1/", include("ledger.budget_urls")),

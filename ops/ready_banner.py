@@ -1,5 +1,5 @@
 """The banner ``make run`` prints once every process is ready: where everything is, the demo
-login and the API token, after the start-up logs rather than lost above them.
+login and the API key, after the start-up logs rather than lost above them.
 
 Ready means: the web server answers ``/readyz`` (database, Redis, an ``llm`` worker), a worker
 listens on the ``default`` and ``alerts`` queues, the reconciler and the queue monitor have
@@ -14,10 +14,10 @@ import httpx
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rq import Queue, Worker
 
 from alerts.models import LoopHeartbeat
+from keys.demo import demo_key_ensure
 from llmops.queues import QUEUE_NAMES
 from runtime.redis_clients import queue_connection
 
@@ -36,13 +36,13 @@ class DemoLogin:
 
 
 def demo_login() -> DemoLogin | None:
-    """The demo user ``make run`` creates (``ensure_demo_user``) and its API token."""
+    """The demo user ``make run`` creates (``ensure_demo_user``) and its API key (every scope)."""
     user = get_user_model().objects.filter(username=settings.DEMO_USERNAME).first()
     if user is None:
         return None
-    token, _ = Token.objects.get_or_create(user=user)
+    key = demo_key_ensure(user=user)
     password = settings.DEMO_PASSWORD if user.check_password(settings.DEMO_PASSWORD) else None
-    return DemoLogin(user.username, password, token.key)
+    return DemoLogin(user.username, password, key)
 
 
 def _web_ready(base_url: str) -> str | None:
@@ -133,11 +133,12 @@ def banner_lines(*, base_url: str, login: DemoLogin | None, missing: list[str]) 
         lines += [
             "",
             f"  Demo login     {login.username} / {password}",
-            f"  API token      {login.token}   (again: make token)",
+            f"  API key        {login.token}   (again: make token)",
             "",
             "  First job:",
             f"    curl -s -X POST {base_url}/api/v1/jobs/ \\",
-            f"      -H 'Authorization: Token {login.token}' -H 'Content-Type: application/json' \\",
+            f"      -H 'Authorization: Bearer {login.token}' \\",
+            "      -H 'Content-Type: application/json' \\",
             '      -d \'{"feature": "summarize", '
             '"model": "claude-sonnet-4-6", "max_tokens": 200, "messages": '
             '[{"role": "user", "content": "Say hello"}]}\'',

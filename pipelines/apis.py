@@ -25,6 +25,8 @@ from api.submits import accepted_response
 from jobs.api_schema import JobErrorSerializer, JobOutputTextSerializer
 from jobs.models import LlmJob
 from jobs.selectors import job_output
+from keys.permissions import request_api_key_id
+from keys.scopes import JOBS_READ, JOBS_WRITE
 from pipelines.api_schema import (
     SUBMIT_EXAMPLE,
     PipelineSubmitSerializer,
@@ -166,6 +168,7 @@ def _output(pipeline: Pipeline) -> dict:
 
 
 class PipelineListCreateApi(APIView):
+    required_scopes = {"GET": JOBS_READ, "POST": JOBS_WRITE}
     # A pipeline is a submit: it shares the per-user submit rate with jobs and batches (POST
     # only; the list is never throttled).
     throttle_classes = [SubmitThrottle]
@@ -198,7 +201,11 @@ class PipelineListCreateApi(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        pipeline = pipeline_create(user=cast(User, request.user), data=request.data)
+        pipeline = pipeline_create(
+            user=cast(User, request.user),
+            data=request.data,
+            api_key_id=request_api_key_id(request),
+        )
         return accepted_response(request, pipeline, status_url_name="pipelines:pipeline-detail")
 
     @extend_schema(
@@ -218,6 +225,8 @@ class PipelineListCreateApi(APIView):
 
 
 class PipelineDetailApi(APIView):
+    required_scopes = {"GET": JOBS_READ}
+
     @extend_schema(
         operation_id="pipelines_retrieve",
         summary="A pipeline and every step with its job's status and output",
@@ -232,6 +241,8 @@ class PipelineDetailApi(APIView):
 
 
 class PipelineCancelApi(APIView):
+    required_scopes = {"POST": JOBS_WRITE}
+
     @extend_schema(
         operation_id="pipelines_cancel",
         summary="Cancel a running or failed pipeline",

@@ -53,13 +53,18 @@ def _job_body(body: dict[str, Any], *, pipeline: Pipeline, index: int) -> dict[s
 
 
 @transaction.atomic
-def pipeline_create(*, user: User, data: Any) -> Pipeline:
+def pipeline_create(*, user: User, data: Any, api_key_id: int | None = None) -> Pipeline:
     """Validate every step, insert the pipeline and its steps, and submit step 0's job (enqueued
-    on commit). A refusal (400 naming the bad steps, 429 for a spent budget) writes nothing."""
-    request = validate_pipeline_request(data, user=user)
-    pipeline = Pipeline.objects.create(user=user, name=request.name, step_count=len(request.steps))
+    on commit). A refusal (400 naming the bad steps, 429 for a spent budget) writes nothing.
+    Every step's job records ``api_key_id``, the key that submitted the pipeline."""
+    request = validate_pipeline_request(data, user=user, api_key_id=api_key_id)
+    pipeline = Pipeline.objects.create(
+        user=user, api_key_id=api_key_id, name=request.name, step_count=len(request.steps)
+    )
     first, _created = job_submit(
-        user=user, data=_job_body(request.steps[0], pipeline=pipeline, index=0)
+        user=user,
+        data=_job_body(request.steps[0], pipeline=pipeline, index=0),
+        api_key_id=api_key_id,
     )
     PipelineStep.objects.bulk_create(
         PipelineStep(pipeline=pipeline, index=i, request=body, job=first if i == 0 else None)
@@ -219,7 +224,9 @@ def _advance(pipeline: Pipeline, step: PipelineStep, job: LlmJob) -> None:
         # No savepoint of ours: job_submit refuses before writing anything, and writes inside
         # its own atomic block.
         next_job, _created = job_submit(
-            user=user, data=_job_body(body, pipeline=pipeline, index=following.index)
+            user=user,
+            data=_job_body(body, pipeline=pipeline, index=following.index),
+            api_key_id=pipeline.api_key_id,
         )
     except ApplicationError as exc:
         # Refused at start (its budget spent since the pipeline was accepted, or its messages

@@ -54,7 +54,7 @@ def _step_problem(index: int, body: Any) -> dict[str, Any] | None:
     return None
 
 
-def _check_budgets(steps: list[dict[str, Any]], user: User) -> None:
+def _check_budgets(steps: list[dict[str, Any]], user: User, api_key_id: int | None) -> None:
     """429 ``budget_exceeded`` as for a job if a budget of a step's feature or of the user is
     spent, with ``detail.indexes`` naming the steps of the refused feature."""
     features: dict[str, list[int]] = {}
@@ -62,7 +62,7 @@ def _check_budgets(steps: list[dict[str, Any]], user: User) -> None:
         features.setdefault(body["feature"], []).append(index)
     for feature, indexes in features.items():
         try:
-            check_budgets_not_spent(feature=feature, user=user)
+            check_budgets_not_spent(feature=feature, user=user, api_key_id=api_key_id)
         except LimitExceeded as exc:
             raise LimitExceeded(
                 exc.message,
@@ -72,7 +72,9 @@ def _check_budgets(steps: list[dict[str, Any]], user: User) -> None:
             ) from exc
 
 
-def validate_pipeline_request(data: Any, *, user: User) -> PipelineRequest:
+def validate_pipeline_request(
+    data: Any, *, user: User, api_key_id: int | None = None
+) -> PipelineRequest:
     if not isinstance(data, dict):
         raise ValidationFailed("The body must be a JSON object.", code="invalid_body")
     unknown = sorted(set(data) - ALLOWED_FIELDS)
@@ -112,5 +114,5 @@ def validate_pipeline_request(data: Any, *, user: User) -> PipelineRequest:
             code="invalid_steps",
             detail={"indexes": [e["index"] for e in errors], "errors": errors},
         )
-    _check_budgets(steps, user)
+    _check_budgets(steps, user, api_key_id)
     return PipelineRequest(name=name.strip(), steps=steps)

@@ -21,6 +21,8 @@ from dlq.models import BulkRequeue, FailureRecord
 from dlq.services import failure_record_create
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.services import job_submit
+from keys.models import ApiKey
+from keys.testing import api_key_for
 from ledger.models import Budget, CostEntry, ModelPrice
 from pipelines.models import Pipeline
 from pipelines.services import pipeline_create
@@ -193,6 +195,19 @@ ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
     ("ratelimits.RateLimit", "delete_selected"): (
         lambda world: RateLimit.objects.create(model=_name(), rpm=10),
         _gone(RateLimit),
+    ),
+    ("keys.ApiKey", "revoke_keys"): (
+        lambda world: ApiKey.objects.get(
+            user=world.users["owner"],
+            prefix=api_key_for(world.users["owner"])[:12],  # type: ignore[arg-type]
+        ),
+        lambda world, key: ApiKey.objects.get(pk=key.pk).revoked_at is not None,
+    ),
+    ("keys.ApiKey", "delete_selected"): (
+        lambda world: ApiKey.objects.get(
+            user=world.users["owner"], prefix=api_key_for(world.users["owner"])[:12]  # type: ignore[arg-type]
+        ),
+        _gone(ApiKey),
     ),
     ("auth.User", "delete_selected"): (
         lambda world: User.objects.create(username=_name()),

@@ -29,7 +29,6 @@ from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rq import Queue, Worker
 
 from agents.models import AgentRun, AgentStep, DemoEmail
@@ -45,6 +44,8 @@ from dlq.models import BulkRequeue
 from dlq.services import failure_record_create
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.services import job_submit
+from keys.models import ApiKey
+from keys.testing import api_key_for
 from ledger.models import Budget, CostEntry, ModelPrice
 from llmops.queues import DEFAULT_QUEUE
 from pipelines.services import pipeline_create
@@ -122,11 +123,7 @@ def build_world() -> World:
         "staff": _user("staff", is_staff=True),
         "staff_perm": _user("staff_perm", is_staff=True),
     }
-    tokens = {
-        name: Token.objects.create(user=user).key
-        for name, user in users.items()
-        if user is not None
-    }
+    tokens = {name: api_key_for(user) for name, user in users.items() if user is not None}
     world = World(users=users, tokens=tokens)
     body = {
         "feature": MARK,
@@ -196,6 +193,10 @@ def build_world() -> World:
     agent_run = waiting_agent_run(owner)
     demo_email = DemoEmail.objects.create(call_id="toolu_authz_mail", to="a@example.com",
                                           subject=MARK, body=MARK)  # fmt: skip
+    # Another key of the owner's (not the one its API calls use): what revoke and rotate act on.
+    api_key = ApiKey.objects.get(
+        prefix=api_key_for(owner, name=MARK, scopes=["jobs:read"])[:12], user=owner
+    )
     group = Group.objects.create(name=MARK)
     victim_user = User.objects.create(username=f"{MARK}-user")
     world.objects = {
@@ -217,7 +218,7 @@ def build_world() -> World:
         "agent_run": agent_run,
         "demo_email": demo_email,
         "victim_user": victim_user,
-        "token": Token.objects.get(user=owner),
+        "api_key": api_key,
     }
     queue_index = sorted(settings.RQ_QUEUES).index(DEFAULT_QUEUE)
     world.ids = {
@@ -242,7 +243,7 @@ def build_world() -> World:
         "agent_call": AGENT_CALL_ID,
         "demo_email": str(demo_email.id),
         "user": str(victim_user.id),
-        "token": str(owner.id),  # TokenProxy's primary key is its user's
+        "api_key": str(api_key.id),
         "owner": str(owner.id),
         "user_ct": str(_content_type_id(User)),
         "queue": str(queue_index),

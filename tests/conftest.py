@@ -20,13 +20,13 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 from rq import SimpleWorker
 from rq.job import Job
 
 from jobs.models import LlmJob
 from jobs.selectors import DUE_TOLERANCE_SECONDS
+from keys.testing import api_key_for
 from llmops.queues import RUN_LLM_JOB_TASK
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -208,9 +208,8 @@ def make_user(username: str, *perms: str, is_staff: bool = False, password: str 
 
 
 def _client_for(user: Any) -> APIClient:
-    token, _ = Token.objects.get_or_create(user=user)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_key_for(user)}")
     return client
 
 

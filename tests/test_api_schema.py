@@ -29,12 +29,12 @@ from django.contrib.staticfiles import finders
 from django.core.management import call_command
 from django.db import transaction
 from hypothesis import strategies as st
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from dlq.services import failure_record_create
 from jobs.models import LlmJob
 from jobs.services import job_submit
+from keys.testing import api_key_for
 from ledger.models import Budget
 from pipelines.services import pipeline_create
 from tests.conftest import job_body, web_server
@@ -156,7 +156,7 @@ def api_schema(
     staff = _user("staff", is_staff=True, perms=STAFF_PERMISSIONS)
     known = _known_ids()
     actor = staff if request.param == "staff" else User.objects.get(username="alice")
-    token = Token.objects.create(user=actor).key
+    token = api_key_for(actor)
     config = schemathesis.Config.from_dict(
         {
             "base-url": web.url,

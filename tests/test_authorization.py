@@ -74,6 +74,11 @@ TABLE: list[Door] = [
     # kind  method path / action / route                      staff+perm holds    owner another anon staff staff+perm
     # --- the jobs API: your own jobs only, staff included -------------------------------------
     D("api", "GET /api/v1/me/", "", 200, 200, 401, 200, 200),
+    # --- API keys: your own, whoever you are (staff revoke anyone's in the admin) -------------
+    D("api", "GET /api/v1/keys/", "keys.view_apikey", "200+", "200-", 401, "200-", "200-"),
+    D("api", "POST /api/v1/keys/", "keys.add_apikey", 201, 201, 401, 201, 201),
+    D("api", "POST /api/v1/keys/{api_key}/revoke/", "keys.revoke_apikey", 200, 404, 401, 404, 404),
+    D("api", "POST /api/v1/keys/{api_key}/rotate/", "keys.revoke_apikey", 200, 404, 401, 404, 404),
     D("api", "GET /api/v1/jobs/", "jobs.view_llmjob", "200+", "200-", 401, "200-", "200-"),
     D("api", "POST /api/v1/jobs/", "jobs.add_llmjob", 202, 202, 401, 202, 202),
     D("api", "GET /api/v1/jobs/{job}/", "jobs.view_llmjob", 200, 404, 401, 404, 404),
@@ -251,12 +256,12 @@ TABLE: list[Door] = [
     D("admin", "GET /admin/auth/group/{group}/delete/", "auth.delete_group", L, L, L, 403, 200),
     D("admin", "GET /admin/auth/group/{group}/history/", "auth.view_group", L, L, L, 403, 200),
     D("admin", "GET /admin/auth/group/{group}/", "auth.view_group", L, L, L, 302, 302),
-    D("admin", "GET /admin/authtoken/tokenproxy/", "authtoken.view_tokenproxy", L, L, L, 403, 200),
-    D("admin", "GET /admin/authtoken/tokenproxy/add/", "authtoken.add_tokenproxy", L, L, L, 403, 200),
-    D("admin", "GET /admin/authtoken/tokenproxy/{token}/change/", "authtoken.view_tokenproxy", L, L, L, 403, 200),
-    D("admin", "GET /admin/authtoken/tokenproxy/{token}/delete/", "authtoken.delete_tokenproxy", L, L, L, 403, 200),
-    D("admin", "GET /admin/authtoken/tokenproxy/{token}/history/", "authtoken.view_tokenproxy", L, L, L, 403, 200),
-    D("admin", "GET /admin/authtoken/tokenproxy/{token}/", "authtoken.view_tokenproxy", L, L, L, 302, 302),
+    D("admin", "GET /admin/keys/apikey/", "keys.view_apikey", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/keys/apikey/add/", "keys.add_apikey", L, L, L, 403, 200),
+    D("admin", "GET /admin/keys/apikey/{api_key}/change/", "keys.view_apikey", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/keys/apikey/{api_key}/delete/", "keys.delete_apikey", L, L, L, 403, 403),
+    D("admin", "GET /admin/keys/apikey/{api_key}/history/", "keys.view_apikey", L, L, L, 403, 200),
+    D("admin", "GET /admin/keys/apikey/{api_key}/", "keys.view_apikey", L, L, L, 302, 302),
     # --- django-rq's dashboard, at /django-rq/ and in the admin ({rq}: both): its permission ---
     D("admin", "GET {rq}", "django_rq.admin", L, L, L, 403, 200),
     D("admin", "GET {rq}stats.json", "django_rq.admin", 401, 401, 401, 403, 200),
@@ -315,6 +320,8 @@ TABLE: list[Door] = [
     D("action", "alerts.AlertRoute delete_selected", "alerts.delete_alertroute", "refused", "refused", "refused", "refused", "done", has="alerts.view_alertroute"),
     D("action", "alerts.LoopHeartbeat delete_selected", "alerts.delete_loopheartbeat", "refused", "refused", "refused", "refused", "refused", has="alerts.view_loopheartbeat"),
     D("action", "ratelimits.RateLimit delete_selected", "ratelimits.delete_ratelimit", "refused", "refused", "refused", "refused", "done", has="ratelimits.view_ratelimit"),
+    D("action", "keys.ApiKey revoke_keys", "keys.revoke_apikey", "refused", "refused", "refused", "refused", "done", has="keys.view_apikey"),
+    D("action", "keys.ApiKey delete_selected", "keys.delete_apikey", "refused", "refused", "refused", "refused", "refused", has="keys.view_apikey"),
     D("action", "auth.User delete_selected", "auth.delete_user", "refused", "refused", "refused", "refused", "done", has="auth.view_user"),
     D("action", "auth.Group delete_selected", "auth.delete_group", "refused", "refused", "refused", "refused", "done", has="auth.view_group"),
     # --- the WebSocket of live job events ----------------------------------------------------
@@ -381,6 +388,7 @@ POST_BODIES = {
     "/api/v1/pipelines/": {"steps": [JOB_BODY]},
     "/api/v1/agent-runs/": {k: JOB_BODY[k] for k in ("feature", "model", "messages", "max_tokens")},
     "/api/v1/agent-runs/{agent_run}/approvals/{agent_call}/": {"approve": True},
+    "/api/v1/keys/": {"name": "ops", "scopes": ["admin"]},  # no more than the admin-only key
 }
 """What a row's POST sends (a valid submit, so that 202 means "let in and accepted")."""
 
@@ -424,6 +432,91 @@ def test_admin_action(door: Door, world: World) -> None:
         post_action(client_for(world, actor, api=False), world, label, action, target)
         seen[actor] = "done" if happened(world, target) else "refused"
     assert tuple(seen.values()) == door.expected, seen
+
+
+# --- API key scopes: one row per scope, the doors it opens ---------------------------------------
+
+# fmt: off
+SCOPES: dict[str | None, list[str]] = {
+    "jobs:read": [
+        "GET /api/v1/jobs/", "GET /api/v1/jobs/{job}/", "GET /api/v1/batches/",
+        "GET /api/v1/batches/{batch}/", "GET /api/v1/batches/{batch}/jobs/",
+        "GET /api/v1/pipelines/", "GET /api/v1/pipelines/{pipeline}/",
+        "GET /api/v1/agent-runs/", "GET /api/v1/agent-runs/{agent_run}/",
+        "/ws/jobs/", "/ws/jobs/?job={job}", "/ws/jobs/?job=not-a-uuid", "/ws/jobs/?all=1",
+    ],
+    "jobs:write": [
+        "POST /api/v1/jobs/", "POST /api/v1/jobs/{queued_job}/cancel/", "POST /api/v1/batches/",
+        "POST /api/v1/batches/{batch}/cancel/", "POST /api/v1/pipelines/",
+        "POST /api/v1/pipelines/{pipeline}/cancel/", "POST /api/v1/agent-runs/",
+        "POST /api/v1/agent-runs/{agent_run}/approvals/{agent_call}/",
+        "POST /api/v1/agent-runs/{agent_run}/cancel/", "POST /live/fault-jobs/",
+    ],
+    "costs:read": ["GET /api/v1/costs/", "GET /api/v1/costs/?user={owner}"],
+    "admin": [
+        "GET /api/v1/budgets/", "GET /api/v1/budgets/{budget}/", "GET /api/v1/failures/",
+        "POST /api/v1/failures/{failure}/requeue/", "POST /api/v1/failures/{failure}/resolve/",
+        "GET /api/v1/keys/", "POST /api/v1/keys/", "POST /api/v1/keys/{api_key}/revoke/",
+        "POST /api/v1/keys/{api_key}/rotate/",
+    ],
+    None: ["GET /api/v1/me/"],  # any key: who am I
+}
+# fmt: on
+"""Which scope each API-key door asks for (``None``: any key). A key without it answers
+``403 insufficient_scope`` naming it; a key with only it passes as a key with every scope."""
+SCOPE_OF = {door: scope for scope, doors in SCOPES.items() for door in doors}
+SCOPE_ROWS = [
+    pytest.param(door, id=f"{SCOPE_OF[door.what]} {door}")
+    for door in TABLE
+    if door.kind == "api" and SCOPE_OF.get(door.what)
+]
+
+
+def _scope_actor(door: Door) -> str:
+    """Who the door lets in with a key of every scope: the owner, else the staff member."""
+    return "owner" if door.expected[0] not in (403, 404) else "staff_perm"
+
+
+@pytest.mark.parametrize("door", SCOPE_ROWS)
+def test_scope_door(door: Door, world: World) -> None:
+    """The row's scope opens the door on its own; every other scope together does not."""
+    from keys.scopes import ALL_SCOPES
+    from keys.testing import api_key_for
+
+    grant(world, door)
+    scope = SCOPE_OF[door.what]
+    actor = _scope_actor(door)
+    user = world.users[actor]
+    method, template = door.what.split(" ", 1)
+    path = world.path(template)
+    expected = door.expected[ACTORS.index(actor)]
+    seen = {}
+    for case, scopes in (("only", [scope]), ("all but", [s for s in ALL_SCOPES if s != scope])):
+        with transaction.atomic():
+            client = client_for(world, actor, api=True, bearer=api_key_for(user, scopes=scopes))  # type: ignore[arg-type]
+            if method == "GET":
+                response = client.get(path)
+            else:
+                body = POST_BODIES.get(path, POST_BODIES.get(template, {}))
+                response = client.post(path, body, content_type="application/json")
+            seen[case] = observe(response, expected)
+            if case == "all but":
+                assert response.status_code == 403, response.content
+                body = response.json()
+                assert body["code"] == "insufficient_scope", body
+                assert body["detail"]["required_scope"] == scope and scope in body["message"]
+                assert f'scope="{scope}"' in response["WWW-Authenticate"]
+            transaction.set_rollback(True)
+    assert seen["only"] == expected, seen
+
+
+def test_every_api_door_names_its_scope() -> None:
+    """Every API row of the table and every WebSocket row has its scope in ``SCOPES``, and
+    ``SCOPES`` names no door the table does not have."""
+    doors = {door.what for door in TABLE if door.kind in ("api", "ws")}
+    named = {door for doors in SCOPES.values() for door in doors}
+    assert sorted(doors - named) == [], "doors with no scope row"
+    assert sorted(named - doors) == [], "scope rows for doors that do not exist"
 
 
 # --- nothing left out ---------------------------------------------------------------------------

@@ -13,9 +13,11 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from jobs.events import publish_job_event
+from keys.scopes import ALL_SCOPES, JOBS_READ
+from keys.testing import api_key_for
 from llmops.asgi import application
 from tests.authorization_world import ACTORS, build_world
-from tests.test_authorization import Door, grant, rows_of
+from tests.test_authorization import SCOPE_OF, Door, grant, rows_of
 
 
 @pytest.mark.django_db(transaction=True)
@@ -48,3 +50,32 @@ def test_websocket_door(door: Door) -> None:
 
     seen = async_to_sync(every_actor)()
     assert tuple(seen.values()) == door.expected, seen
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("prices")
+@pytest.mark.parametrize("door", rows_of("ws"))
+def test_websocket_scope_door(door: Door) -> None:
+    """The socket's scope row: a key with only ``jobs:read`` opens it as a key of every scope
+    does; a key with every other scope is refused 4403."""
+    assert SCOPE_OF[door.what] == JOBS_READ
+    world = grant(build_world(), door)
+    actor = "staff_perm" if "all=1" in door.what else "owner"
+    user = world.users[actor]
+    only = api_key_for(user, scopes=[JOBS_READ])  # type: ignore[arg-type]
+    all_but = api_key_for(user, scopes=[s for s in ALL_SCOPES if s != JOBS_READ])  # type: ignore[arg-type]
+    expected = door.expected[ACTORS.index(actor)]
+
+    async def connect(key: str) -> object:
+        comm = WebsocketCommunicator(
+            application, world.path(door.what), subprotocols=["token", key]
+        )
+        connected, code = await comm.connect()
+        if not connected:
+            return code
+        await comm.disconnect()
+        return "open"
+
+    seen = {"only": async_to_sync(connect)(only), "all but": async_to_sync(connect)(all_but)}
+    opened = "open" if str(expected).startswith("open") else expected
+    assert seen == {"only": opened, "all but": 4403}, seen

@@ -19,12 +19,12 @@ from asgiref.testing import ApplicationCommunicator
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.urls import URLPattern, URLResolver, get_resolver
-from rest_framework.authtoken.models import Token
 from rest_framework.views import APIView
 
 from api.body_limits import body_limit_for_path, body_limit_for_view
 from api.parsers import LimitedJSONParser
 from jobs.models import LlmJob
+from keys.testing import api_key_for
 from llmops.asgi import application
 from tests.conftest import job_body, make_user
 
@@ -160,7 +160,7 @@ def test_a_body_that_declares_no_length_is_cut_off_once_past_the_limit(path, set
 @pytest.mark.usefixtures("prices")
 def test_a_body_within_the_limit_reaches_the_view_whole(settings):
     settings.LLM_MAX_REQUEST_BYTES = 4096
-    token = Token.objects.create(user=make_user("carol")).key
+    token = api_key_for(make_user("carol"))
     body = json.dumps(job_body()).encode()
     assert len(body) < 4096
     headers = [(b"authorization", f"Token {token}".encode())]
@@ -205,7 +205,7 @@ def test_the_procfile_web_line_refuses_large_bodies_and_websocket_messages(asgi_
     from websockets.exceptions import ConnectionClosed
     from websockets.sync import client as websockets
 
-    token = Token.objects.create(user=make_user("dora")).key
+    token = api_key_for(make_user("dora"))
     auth = {"Authorization": f"Token {token}"}
     limit = 1024 * 1024
 
@@ -240,7 +240,7 @@ def test_the_procfile_web_line_refuses_large_bodies_and_websocket_messages(asgi_
 @pytest.mark.django_db(transaction=True)
 def test_the_consumer_closes_on_a_message_over_the_limit_and_ignores_the_rest(settings):
     settings.WS_MAX_MESSAGE_BYTES = 1024
-    token = Token.objects.create(user=make_user("erin")).key
+    token = api_key_for(make_user("erin"))
 
     async def run() -> dict[str, Any]:
         ws = WebsocketCommunicator(application, "/ws/jobs/", subprotocols=["token", token])

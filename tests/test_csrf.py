@@ -13,9 +13,9 @@ from django.conf import settings
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.authtoken.models import Token
 
 from jobs.models import LlmJob
+from keys.testing import api_key_for
 from ledger.models import Budget
 from tests.conftest import job_body, make_user
 
@@ -131,7 +131,7 @@ def test_an_api_session_refusal_is_in_the_project_error_format(root):
 @pytest.mark.usefixtures("prices")
 def test_an_api_token_needs_no_csrf_token():
     client = Client(enforce_csrf_checks=True)
-    key = Token.objects.create(user=make_user("tess")).key
+    key = api_key_for(make_user("tess"))
 
     response = client.post(
         "/api/v1/jobs/",

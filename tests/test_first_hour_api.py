@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 from drf_spectacular.generators import SchemaGenerator
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from jobs.models import LlmJob
+from keys.testing import api_key_for
 from tests.conftest import job_body, make_user, submit
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("prices")]
@@ -52,7 +52,7 @@ def test_every_operation_answers_without_its_trailing_slash_as_with_it(settings,
     staff.is_superuser = True
     staff.save()
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_key_for(staff)}")
     checked = 0
     for template, method in operations():
         body: dict[str, Any] = job_body() if method in ("post", "put", "patch") else {}
@@ -74,7 +74,7 @@ def test_a_slash_less_submit_runs_the_job_once(settings):
     settings.DEBUG = True
     alice = make_user("alice")
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=alice).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_key_for(alice)}")
     response = client.post("/api/v1/jobs", job_body(), format="json")
     assert response.status_code == 202, response.content
     assert LlmJob.objects.filter(id=response.json()["id"], user=alice).count() == 1
@@ -95,7 +95,7 @@ def test_an_api_path_no_view_serves_answers_json_404(settings, debug, method, pa
 
 
 def test_bearer_is_accepted_for_an_api_token(alice):
-    key = Token.objects.create(user=alice).key
+    key = api_key_for(alice)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     assert client.get("/api/v1/me/").json()["username"] == "alice"

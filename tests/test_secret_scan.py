@@ -30,13 +30,13 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 from django_rq.settings import get_queues_list
-from rest_framework.authtoken.models import Token
 from rq import Worker
 
 from alerts.models import AlertDelivery, AlertRoute
 from batches.models import BatchCallbackDelivery
 from dlq.models import FailureRecord
 from jobs.models import LlmJob
+from keys.testing import api_key_for
 from llmops.logs import JsonFormatter
 from llmops.queues import ALERTS_QUEUE, LLM_QUEUE
 from tests.conftest import FakeProvider, _free_port, job_body, procfile_command
@@ -121,7 +121,7 @@ def test_no_secret_is_written_anywhere(tmp_path: Any) -> None:
     AlertRoute.objects.create(severity="ERROR", kind="webhook", target=refused, name="down")
 
     owner = get_user_model().objects.create_user("owner")
-    token = Token.objects.create(user=owner).key
+    token = api_key_for(owner)
     env = python_first_on_path(_env_for_subprocess())
     env.update(
         ANTHROPIC_API_KEY=API_KEY,

@@ -16,10 +16,10 @@ from typing import Any
 import django_rq
 import httpx
 import pytest
-from rest_framework.authtoken.models import Token
 
 from api.throttle_rates import parse_rate
 from jobs.models import LlmJob
+from keys.testing import api_key_for
 from llmops.queues import throttle_key
 from tests.conftest import ROOT, job_body, make_user
 from tests.jobs.test_outages import redis_down
@@ -171,7 +171,7 @@ def five_a_minute(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("prices")
 def test_the_procfile_web_line_throttles_across_its_worker_processes(five_a_minute, asgi_server):
-    token = Token.objects.create(user=make_user("carol")).key
+    token = api_key_for(make_user("carol"))
 
     async def one() -> httpx.Response:
         # A connection per request, so that the kernel may hand each to any worker process.

@@ -26,9 +26,10 @@ import MySQLdb
 import pytest
 from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
-from rest_framework.authtoken.models import Token
 
 from jobs.models import LlmJob
+from keys.services import api_key_authenticate
+from keys.testing import api_key_for
 from tests.conftest import ROOT, _free_port, make_user, procfile_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -171,11 +172,11 @@ def start_web(tmp_path: Path) -> Iterator[Any]:
 
 @pytest.fixture
 def alice_token(db: None) -> str:
-    return Token.objects.create(user=make_user("alice")).key
+    return api_key_for(make_user("alice"))
 
 
 def waiting_job(token: str) -> LlmJob:
-    user = Token.objects.get(key=token).user
+    user = api_key_authenticate(secret=token).user
     return LlmJob.objects.create(
         user=user, feature="f", model="claude-haiku-4-5", messages=[], max_tokens=16
     )

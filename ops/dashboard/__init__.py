@@ -22,6 +22,7 @@ from ops.dashboard.database import (
     llm_queue_timings,
     money,
     recent_dead_letters,
+    spend_by_key,
     throughput_per_minute,
 )
 from ops.dashboard.defaults import COST_DAYS, DEFAULT_WINDOW_HOURS, REFRESH_SECONDS, WINDOW_HOURS
@@ -69,6 +70,7 @@ def dashboard_data(*, hours: int = DEFAULT_WINDOW_HOURS, now: datetime | None = 
         ],
         "failures": failures_by_severity(severities),
         "cost_per_day": cost_per_feature_per_day(window.now),
+        "spend_by_key": spend_by_key(window.now),
         "budgets": budget_use(window.now),
         "queues": {
             "available": redis["available"],

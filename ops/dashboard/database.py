@@ -23,8 +23,16 @@ from dlq.models import FailureRecord
 from jobs.models import LlmJob, ProviderBreaker
 from ledger.forecast import budget_statuses
 from ledger.models import Budget, CostEntry
+from ledger.selectors import api_key_label
 from llmops.queues import LLM_QUEUE
-from ops.dashboard.defaults import COST_DAYS, MAX_BUDGETS, PERCENTS, RECENT_FAILURES, WINDOW_HOURS
+from ops.dashboard.defaults import (
+    COST_DAYS,
+    MAX_BUDGETS,
+    MAX_KEYS,
+    PERCENTS,
+    RECENT_FAILURES,
+    WINDOW_HOURS,
+)
 
 __all__ = [
     "Window",
@@ -33,6 +41,7 @@ __all__ = [
     "budget_use",
     "cost_in_window",
     "cost_per_feature_per_day",
+    "spend_by_key",
     "failures_by_severity",
     "initial_window_hours",
     "jobs_in_database",
@@ -252,6 +261,50 @@ def cost_per_feature_per_day(now: datetime) -> dict:
         ],
         "total_usd": money(sum(totals.values(), Decimal(0))),
     }
+
+
+def spend_by_key(now: datetime) -> list[dict]:
+    """The ledger of the last ``COST_DAYS`` days by API key, the most spent first (at most
+    ``MAX_KEYS``; the jobs of sessions as one row without a key): two queries."""
+    from keys.models import ApiKey  # keys imports the ledger
+
+    today = datetime.combine(now.astimezone(UTC).date(), datetime.min.time(), tzinfo=UTC)
+    since = today - timedelta(days=COST_DAYS - 1)
+    rows = list(
+        CostEntry.objects.filter(created_at__gte=since, created_at__lte=now)
+        .values("api_key_id")
+        .annotate(
+            total=Sum("cost_usd"),
+            today=Sum("cost_usd", filter=Q(created_at__gte=today)),
+            jobs=Count("job_id", distinct=True),
+        )
+        .order_by("-total", "api_key_id")[:MAX_KEYS]
+    )
+    keys = ApiKey.objects.select_related("user").in_bulk(
+        [row["api_key_id"] for row in rows if row["api_key_id"] is not None]
+    )
+    found = []
+    for row in rows:
+        key = keys.get(row["api_key_id"])
+        if key is None:
+            label, user, scopes, state, url = "(no key: a session)", None, [], "", None
+        else:
+            label, user, scopes = api_key_label(key), key.user.get_username(), key.scopes
+            state = "revoked" if key.revoked_at else ("active" if key.is_active else "expired")
+            url = reverse("admin:keys_apikey_change", args=[key.id])
+        found.append(
+            {
+                "key": label,
+                "user": user,
+                "scopes": scopes,
+                "state": state,
+                "url": url,
+                "jobs": row["jobs"],
+                "cost_usd": money(row["total"] or Decimal(0)),
+                "today_usd": money(row["today"] or Decimal(0)),
+            }
+        )
+    return found
 
 
 def budget_use(now: datetime) -> list[dict]:

@@ -4,6 +4,7 @@ __all__ = [
     "COST_DAYS",
     "DEFAULT_WINDOW_HOURS",
     "MAX_BUDGETS",
+    "MAX_KEYS",
     "PERCENTS",
     "RECENT_FAILURES",
     "REFRESH_SECONDS",
@@ -20,6 +21,8 @@ COST_DAYS = 14
 """Cost per feature per day covers today (UTC) and the 13 days before it."""
 RECENT_FAILURES = 10
 MAX_BUDGETS = 50
+MAX_KEYS = 20
+"""Keys the spend-by-key panel lists: the most spent first."""
 """Budgets are tens; each costs a few queries (usage and forecast), so the panel stops at this."""
 RQ_TIMING_SAMPLE = 200
 """Finished rq jobs read per queue for the default and alerts timings (rq keeps a finished job

@@ -7,7 +7,6 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.management import call_command
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from alerts.models import Alert, AlertFingerprint
@@ -20,6 +19,7 @@ from dlq.services import (
     failure_requeue,
 )
 from jobs.models import LlmJob
+from keys.testing import api_key_for
 from tests.alerts.conftest import ROUTING_KEY, SLACK_PATH, WEBHOOK_PATH, dead_letter
 from tests.conftest import submit
 
@@ -41,7 +41,7 @@ def staff_client(username: str) -> APIClient:
         )
     )
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_key_for(user)}")
     return client
 
 

@@ -11,7 +11,6 @@ import django_rq
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
-from rest_framework.authtoken.models import Token
 
 from batches.models import Batch, BatchCallbackDelivery
 from batches.services import batch_cancels_resume
@@ -19,6 +18,7 @@ from dlq.models import FailureRecord
 from dlq.services import failure_requeue
 from jobs.models import LlmJob
 from jobs.services import job_cancel
+from keys.testing import api_key_for
 from llmops.asgi import application
 from llmops.queues import DEFAULT_QUEUE
 from tests.batches.helpers import item, receiver, submit_batch
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 
 def _key(user: Any) -> str:
-    return Token.objects.get_or_create(user=user)[0].key
+    return api_key_for(user)
 
 
 def test_the_owner_hears_progress_coalesced_and_one_finished_event(

@@ -14,7 +14,6 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rq import Worker
 
 from alerts.models import AlertRoute
@@ -26,6 +25,7 @@ from chaos.processes import Stack
 from chaos.provider import FakeProvider as DrillProvider
 from chaos.record import DrillRecord
 from jobs.models import LlmJob, ProviderBreaker
+from keys.models import ApiKey
 from ledger.models import Budget
 from ratelimits.models import RateLimit
 from tests.conftest import FakeProvider, Workers, make_user, submit
@@ -121,7 +121,10 @@ def test_the_reduced_drill_passes_every_check_and_leaves_nothing_behind(tmp_path
         time.sleep(0.5)
     assert left == [], [_command_line(pid) for pid in left]
     assert not AlertRoute.objects.exists() and not Budget.objects.exists()
-    assert not RateLimit.objects.exists() and not Token.objects.exists()
+    assert (
+        not RateLimit.objects.exists()
+        and not ApiKey.objects.filter(revoked_at__isnull=True).exists()
+    )
     assert not ProviderBreaker.objects.filter(state=ProviderBreaker.State.OPEN).exists()
 
 

@@ -1,11 +1,11 @@
 """Staff API for the DLQ: /api/v1/failures/."""
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from dlq.models import FailureRecord
 from jobs.models import LlmJob
+from keys.testing import api_key_for
 from tests.conftest import make_user, submit
 
 pytestmark = [
@@ -25,7 +25,7 @@ ALL_PERMS = [
 def api_client(username: str, *perms: str, is_staff: bool = True) -> APIClient:
     user = make_user(username, *perms, is_staff=is_staff)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_key_for(user)}")
     return client
 
 

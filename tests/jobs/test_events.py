@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
-from rest_framework.authtoken.models import Token
 
 from jobs.events import publish_job_event
+from keys.testing import api_key_for
 from llmops.asgi import application
 from tests.conftest import make_user, submit
 
@@ -24,7 +24,7 @@ FINAL = ("completed", "failed", "cancelled")
 
 
 def _key(user: Any) -> str:
-    return Token.objects.get_or_create(user=user)[0].key
+    return api_key_for(user)
 
 
 def _session_cookie(client: Any) -> bytes:

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from jobs.reconciler import reconcile_jobs
+from keys.testing import api_key_for
 from tests.conftest import job_body, make_user, submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
@@ -86,7 +86,7 @@ def test_requeue_from_the_dlq_while_redis_is_down_is_recorded_and_runs_later(
     fake_provider.reset()
     staff = make_user("olga", "view_failurerecord", "requeue_failurerecord", is_staff=True)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_key_for(staff)}")
 
     with redis_down(settings):
         response = client.post(f"/api/v1/failures/{record.id}/requeue/")

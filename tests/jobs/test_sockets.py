@@ -17,7 +17,6 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Permission
-from rest_framework.authtoken.models import Token
 
 from jobs.consumers import (
     CLOSE_FORBIDDEN,
@@ -26,6 +25,9 @@ from jobs.consumers import (
     CLOSE_UNAUTHENTICATED,
 )
 from jobs.events import publish_event, publish_job_event
+from keys.models import ApiKey
+from keys.services import api_key_revoke
+from keys.testing import api_key_for
 from llmops.asgi import application
 from llmops.queues import job_events_group
 from tests.conftest import make_user, submit, web_server
@@ -41,7 +43,7 @@ REAUTH_SECONDS = 0.5
 
 
 def _key(user: Any) -> str:
-    return Token.objects.get_or_create(user=user)[0].key
+    return api_key_for(user)
 
 
 def _ws_url(http_url: str, query: str = "") -> str:
@@ -113,8 +115,9 @@ def test_a_socket_rejoins_its_group_after_a_redis_restart_and_is_told_to_catch_u
 
 
 def _revoke(what: str, user: Any) -> None:
-    if what == "token deleted":
-        Token.objects.filter(user=user).delete()
+    if what == "key revoked":
+        for key in ApiKey.objects.filter(user=user):
+            api_key_revoke(key=key)
     elif what == "user deactivated":
         user.is_active = False
         user.save(update_fields=["is_active"])
@@ -125,7 +128,7 @@ def _revoke(what: str, user: Any) -> None:
 @pytest.mark.parametrize(
     ("what", "code"),
     [
-        ("token deleted", CLOSE_UNAUTHENTICATED),
+        ("key revoked", CLOSE_UNAUTHENTICATED),
         ("user deactivated", CLOSE_UNAUTHENTICATED),
         ("view_llmjob removed", CLOSE_FORBIDDEN),
     ],

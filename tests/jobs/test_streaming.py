@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 from asgiref.sync import async_to_sync
-from rest_framework.authtoken.models import Token
 
 from jobs.models import LlmJob
+from keys.testing import api_key_for
 from ledger.models import CostEntry
 from ledger.services import job_upper_bound_cost
 from llmops.queues import LLM_QUEUE
@@ -179,7 +179,7 @@ def test_a_reconnect_with_an_offset_gets_every_character_exactly_once(
     slow_stream.http.post(
         "/_fake/faults", json={"stream_tokens_per_second": 2000}
     ).raise_for_status()
-    key = Token.objects.get_or_create(user=alice)[0].key
+    key = api_key_for(alice)
     job = submit(alice_client, max_tokens=8000, messages=long_reply(8000))
     received: list[dict[str, Any]] = []
 

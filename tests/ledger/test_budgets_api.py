@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from keys.testing import api_key_for
 from ledger.budgets import window_bounds
 from ledger.forecast import budget_forecast
 from ledger.models import Budget
@@ -21,9 +21,8 @@ URL = "/api/v1/budgets/"
 
 
 def client_for(user: Any) -> APIClient:
-    token, _ = Token.objects.get_or_create(user=user)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_key_for(user)}")
     return client
 
 

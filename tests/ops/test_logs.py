@@ -31,10 +31,10 @@ import httpx
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
-from rest_framework.authtoken.models import Token
 from rq import Worker
 
 from jobs.models import LlmJob
+from keys.testing import api_key_for
 from ledger.models import CostEntry
 from llmops.logs import JsonFormatter, PlainFormatter, bind_log_context, log_context
 from llmops.queues import LLM_QUEUE
@@ -232,8 +232,8 @@ def test_the_plain_format_keeps_the_human_line_with_the_context_after_it():
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("mode", ["wsgi", "asgi"])
 def test_a_sane_request_id_is_kept_and_carried_by_the_request_lines(mode, alice, captured, prices):
-    token = Token.objects.create(user=alice)
-    headers = {"Authorization": f"Token {token.key}", "X-Request-ID": "lb-4f2a:9.1_x"}
+    token = api_key_for(alice)
+    headers = {"Authorization": f"Token {token}", "X-Request-ID": "lb-4f2a:9.1_x"}
     if mode == "wsgi":
         response = Client(headers=headers).post(
             "/api/v1/jobs/", job_body(), content_type="application/json"
@@ -289,7 +289,7 @@ def test_a_job_can_be_followed_by_its_id_across_web_and_worker_and_no_secret_is_
     prompt = f"PROMPT-CANARY-{canary} classify: please refund my order"
     api_key = f"sk-ant-CANARY-{canary}"
     request_id = f"e2e-{canary[:12]}"
-    token = Token.objects.create(user=alice)
+    token = api_key_for(alice)
 
     env = _env_for_subprocess()
     env.pop("LOG_FORMAT", None)  # the default is what is under test
@@ -313,7 +313,7 @@ def test_a_job_can_be_followed_by_its_id_across_web_and_worker_and_no_secret_is_
     response = httpx.post(
         f"{web}/api/v1/jobs/",
         json=job_body(messages=[{"role": "user", "content": prompt}]),
-        headers={"Authorization": f"Token {token.key}", "X-Request-ID": request_id},
+        headers={"Authorization": f"Token {token}", "X-Request-ID": request_id},
         timeout=10,
     )
     assert response.status_code == 202, response.text

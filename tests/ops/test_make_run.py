@@ -76,8 +76,8 @@ def test_make_run_prints_one_banner_and_a_first_job_works(make_run):
     token = subprocess.run(
         ["make", "-s", "token"], cwd=ROOT, env=env, capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert re.fullmatch(r"[0-9a-f]{40}", token), token
-    assert f"API token      {token}" in banner
+    assert re.fullmatch(r"llmq_[A-Za-z0-9_-]{43}", token), token
+    assert f"API key        {token}" in banner
 
     http = httpx.Client(base_url=BASE, timeout=10)
     submitted = http.post(

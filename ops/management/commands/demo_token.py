@@ -5,7 +5,7 @@ from ops.ready_banner import demo_login
 
 
 class Command(BaseCommand):
-    help = "Print the demo user's API token alone on its line (make token; TOKEN=$(make -s token))"
+    help = "Print the demo user's API key alone on its line (make token; TOKEN=$(make -s token))"
 
     def handle(self, *args, **options):  # type: ignore[no-untyped-def]
         login = demo_login()

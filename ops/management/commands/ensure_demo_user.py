@@ -1,12 +1,13 @@
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
-from rest_framework.authtoken.models import Token
+
+from keys.demo import demo_key_ensure
 
 
 class Command(BaseCommand):
     help = (
-        "Create (once) the demo staff user (DEMO_USERNAME, DEMO_PASSWORD) with an API token. "
+        "Create (once) the demo staff user (DEMO_USERNAME, DEMO_PASSWORD) with an API key. "
         "make run prints the login once every process is ready (ready_banner)."
     )
 
@@ -19,8 +20,8 @@ class Command(BaseCommand):
         if created:
             user.set_password(settings.DEMO_PASSWORD)
             user.save()
-        Token.objects.get_or_create(user=user)
+        demo_key_ensure(user=user)
         self.stdout.write(
             f"demo user {user.username} {'created' if created else 'ready'}; the login and API "
-            "token follow once every process is up (again: make token)"
+            "key follow once every process is up (again: make token)"
         )

@@ -311,6 +311,22 @@
         setText("cost-total", money(cost.total_usd));
     }
 
+    function renderKeys(data) {
+        const keys = data.spend_by_key;
+        show("keys-empty", keys.length === 0);
+        fillTable("keys-table", keys.map(function (k) {
+            return el("tr", {}, [
+                k.url ? linkCell(k.key, k.url) : cell(k.key),
+                cell(k.user || "\u2013"),
+                cell(k.scopes.join(", ")),
+                numberCell(count(k.jobs)),
+                numberCell(money(k.cost_usd)),
+                numberCell(money(k.today_usd)),
+                cell(k.state),
+            ]);
+        }));
+    }
+
     function budgetColour(budget) {
         if (budget.exhausted || budget.percent_used >= 100) {
             return "#ba2121";
@@ -455,6 +471,7 @@
         renderTimings(charts, data);
         renderSeverity(charts, data);
         renderCost(charts, data);
+        renderKeys(data);
         renderBudgets(charts, data);
         renderQueues(data);
         renderWorkers(data);
