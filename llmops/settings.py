@@ -195,10 +195,10 @@ SPECTACULAR_SETTINGS = {
 
 # --- API keys (keys/, docs/operations.md#api-keys) -------------------------------------------
 # Keys are stored as HMAC-SHA256 under this secret, never in the database. Empty: derived from
-# DJANGO_SECRET_KEY (then rotating that one invalidates every key), or, with neither set, a fixed
-# development value. Old values in API_KEY_HASH_SECRET_FALLBACKS keep keys working while rotating.
+# DJANGO_SECRET_KEY under DJANGO_SECURE (rotating that one then invalidates every key), else a
+# fixed development value. Old values in API_KEY_HASH_SECRET_FALLBACKS keep keys working.
 API_KEY_HASH_SECRET = env.str("API_KEY_HASH_SECRET", "") or (
-    "derived:" + (env.str("DJANGO_SECRET_KEY", "") or DEVELOPMENT_SECRET_KEY)
+    "derived:" + (SECRET_KEY if SECURE else DEVELOPMENT_SECRET_KEY)
 )
 API_KEY_HASH_SECRET_FALLBACKS = env.names("API_KEY_HASH_SECRET_FALLBACKS")
 # A rotated key's old secret works this long unless the rotation says otherwise (a day).

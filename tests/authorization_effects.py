@@ -205,7 +205,8 @@ ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
     ),
     ("keys.ApiKey", "delete_selected"): (
         lambda world: ApiKey.objects.get(
-            user=world.users["owner"], prefix=api_key_for(world.users["owner"])[:12]  # type: ignore[arg-type]
+            user=world.users["owner"],
+            prefix=api_key_for(world.users["owner"])[:12],  # type: ignore[arg-type]
         ),
         _gone(ApiKey),
     ),

@@ -17,6 +17,7 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Permission
+from django.utils import timezone
 
 from jobs.consumers import (
     CLOSE_FORBIDDEN,
@@ -26,7 +27,7 @@ from jobs.consumers import (
 )
 from jobs.events import publish_event, publish_job_event
 from keys.models import ApiKey
-from keys.services import api_key_revoke
+from keys.services import api_key_revoke, api_key_rotate
 from keys.testing import api_key_for
 from llmops.asgi import application
 from llmops.queues import job_events_group
@@ -118,6 +119,13 @@ def _revoke(what: str, user: Any) -> None:
     if what == "key revoked":
         for key in ApiKey.objects.filter(user=user):
             api_key_revoke(key=key)
+    elif what == "key expired":
+        ApiKey.objects.filter(user=user).update(expires_at=timezone.now())
+    elif what == "key rotated, grace over":
+        for key in ApiKey.objects.filter(user=user):
+            api_key_rotate(key=key, grace_seconds=0)
+    elif what == "jobs:read scope removed":
+        ApiKey.objects.filter(user=user).update(scopes=["jobs:write"])
     elif what == "user deactivated":
         user.is_active = False
         user.save(update_fields=["is_active"])
@@ -129,6 +137,9 @@ def _revoke(what: str, user: Any) -> None:
     ("what", "code"),
     [
         ("key revoked", CLOSE_UNAUTHENTICATED),
+        ("key expired", CLOSE_UNAUTHENTICATED),
+        ("key rotated, grace over", CLOSE_UNAUTHENTICATED),
+        ("jobs:read scope removed", CLOSE_FORBIDDEN),
         ("user deactivated", CLOSE_UNAUTHENTICATED),
         ("view_llmjob removed", CLOSE_FORBIDDEN),
     ],
@@ -136,8 +147,9 @@ def _revoke(what: str, user: Any) -> None:
 def test_a_socket_loses_what_its_user_lost_within_seconds(
     fast_reauth, bob, bob_client, asgi_server, what: str, code: int
 ):
-    """A staff member watching every job (?all=1) with a token: once the token, the account or
-    the permission is gone, the socket closes within a few seconds and hears no more output."""
+    """A staff member watching every job (?all=1) with an API key: once the key (revoked,
+    expired, its secret rotated away), its scope, the account or the permission is gone, the
+    socket closes within a few seconds and hears no more output."""
     olga = make_user("olga", "view_llmjob", is_staff=True)
     job = submit(bob_client)
     with websockets.connect(
