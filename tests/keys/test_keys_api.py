@@ -294,11 +294,14 @@ def test_a_keys_rpm_limits_its_submissions_a_minute_not_its_users_other_keys(ali
     limited = create(client(api_key_for(alice)), scopes=["jobs:write"], rpm=3).json()
     assert limited["rpm"] == 3
     api = client(limited["key"])
-    assert [api.post("/api/v1/jobs/", job_body(), format="json").status_code for _ in range(3)] == [
-        202
-    ] * 3
-    refused = api.post("/api/v1/batches/", {"feature": "f", "model": "claude-sonnet-4-6",
-                       "items": [{"messages": job_body()["messages"], "max_tokens": 64}]}, format="json")  # fmt: skip
+    answers = [api.post("/api/v1/jobs/", job_body(), format="json") for _ in range(3)]
+    assert [answer.status_code for answer in answers] == [202] * 3
+    batch = {
+        "feature": "f",
+        "model": "claude-sonnet-4-6",
+        "items": [{"messages": job_body()["messages"], "max_tokens": 64}],
+    }
+    refused = api.post("/api/v1/batches/", batch, format="json")
     body = assert_error(refused, 429, "throttled")
     assert body["detail"]["rpm"] == 3 and int(refused["Retry-After"]) >= 1
     assert "3 times a minute" in body["message"]
