@@ -44,6 +44,9 @@ class BudgetStatusOutputSerializer(serializers.Serializer):
     feature = serializers.SerializerMethodField()
     user = serializers.SerializerMethodField()
     user_id = serializers.IntegerField(source="budget.user_id", allow_null=True)
+    api_key_id = serializers.IntegerField(
+        source="budget.api_key_id", allow_null=True, help_text="For a key budget."
+    )
     period = serializers.CharField(source="budget.period")
     limit_usd = _money("budget.limit_usd")
     soft_alert_percent = serializers.IntegerField(source="budget.soft_alert_percent")
@@ -85,7 +88,7 @@ class BudgetListApi(APIView):
         },
     )
     def get(self, request: Request) -> Response:
-        budgets = Budget.objects.select_related("user").order_by("id")
+        budgets = Budget.objects.select_related("user", "api_key").order_by("id")
         return paginated_response(
             request,
             self,
@@ -110,7 +113,7 @@ class BudgetDetailApi(APIView):
         },
     )
     def get(self, request: Request, budget_id: int) -> Response:
-        budget = Budget.objects.select_related("user").filter(id=budget_id).first()
+        budget = Budget.objects.select_related("user", "api_key").filter(id=budget_id).first()
         if budget is None:
             raise NotFound("No such budget.", code="budget_not_found")
         return Response(BudgetStatusOutputSerializer(budget_status(budget=budget)).data)

@@ -14,7 +14,12 @@ HTTP response the test got (body and headers), and every log line of the test pr
 The one allowed place: a destination is stored as configured in ``alerts_alertroute.target``
 (the route staff set), ``alerts_alertdelivery.target`` (a delivery, and its retries and resolve,
 go where they were meant) and ``batches_batch.callback_url``; its own admin edit form shows it.
-The API key is stored nowhere.
+The provider's API key is stored nowhere.
+
+Our own API keys too: the client's key is created over the API (``POST /api/v1/keys/``), used
+for every call, rotated (``POST .../rotate/``) and the new secret used in turn, and a revoked
+key is sent as well. Each secret may appear in the one response that created it, and nowhere
+else: not in any row (the database holds hashes and prefixes), Redis, log line or other response.
 """
 
 import io
@@ -121,7 +126,8 @@ def test_no_secret_is_written_anywhere(tmp_path: Any) -> None:
     AlertRoute.objects.create(severity="ERROR", kind="webhook", target=refused, name="down")
 
     owner = get_user_model().objects.create_user("owner")
-    token = api_key_for(owner)
+    keys: dict[str, str] = {"bootstrap": api_key_for(owner)}  # made in this process: never sent
+
     env = python_first_on_path(_env_for_subprocess())
     env.update(
         ANTHROPIC_API_KEY=API_KEY,
@@ -162,7 +168,20 @@ def test_no_secret_is_written_anywhere(tmp_path: Any) -> None:
             return bool(Worker.count(queue=llm) and Worker.count(queue=alerts))
 
         wait_for(up, timeout=60, what="the processes to start", every=0.2)
-        auth = {"Authorization": f"Token {token}"}
+        bootstrap = {"Authorization": f"Bearer {keys['bootstrap']}"}
+        created = seen.keep(
+            "POST /api/v1/keys/",
+            web.post(
+                "/api/v1/keys/",
+                json={"name": "integration", "scopes": ["jobs:read", "jobs:write", "admin"]},
+                headers=bootstrap,
+            ),
+        )
+        assert created.status_code == 201, created.text
+        keys["client"] = created.json()["key"]
+        key_id = created.json()["id"]
+        creations = {"POST /api/v1/keys/ -> 201": "client"}
+        auth = {"Authorization": f"Token {keys['client']}"}
 
         def run_job(faults: dict[str, float], **extra: Any) -> str:
             provider.faults(faults, **extra)
@@ -214,6 +233,30 @@ def test_no_secret_is_written_anywhere(tmp_path: Any) -> None:
             what="every alert delivery to end",
         )
 
+        # --- the key rotated: the new secret in turn, the old one through its grace period ----
+        rotate = f"/api/v1/keys/{key_id}/rotate/"
+        rotated = seen.keep(
+            f"POST {rotate}", web.post(rotate, json={"grace_seconds": 0}, headers=auth)
+        )
+        assert rotated.status_code == 200, rotated.text
+        keys["rotated"] = rotated.json()["key"]
+        creations[f"POST {rotate} -> 200"] = "rotated"
+        seen.keep("old key", web.get("/api/v1/jobs/", headers=auth))  # 401: grace 0
+        auth = {"Authorization": f"Bearer {keys['rotated']}"}
+        run_job({})
+        doomed = seen.keep(
+            "POST /api/v1/keys/ (doomed)",
+            web.post(
+                "/api/v1/keys/", json={"name": "doomed", "scopes": ["jobs:read"]}, headers=auth
+            ),
+        )
+        keys["revoked"] = doomed.json()["key"]
+        creations["POST /api/v1/keys/ (doomed) -> 201"] = "revoked"
+        seen.keep("revoke", web.post(f"/api/v1/keys/{doomed.json()['id']}/revoke/", headers=auth))
+        revoked = {"Authorization": f"Bearer {keys['revoked']}"}
+        seen.keep("revoked key", web.get("/api/v1/jobs/", headers=revoked))
+        seen.keep("keys", web.get("/api/v1/keys/", headers=auth))
+
         # --- the API's error paths ------------------------------------------------------------
         calls: list[tuple[str, str, dict[str, Any]]] = [
             ("GET", "/api/v1/jobs/", {"headers": {"Authorization": "Token wrong"}}),
@@ -236,6 +279,12 @@ def test_no_secret_is_written_anywhere(tmp_path: Any) -> None:
             ("GET", "/readyz", {}),
             ("GET", "/api/schema/", {}),
         ]
+        calls += [
+            ("GET", "/api/v1/costs/", {"headers": revoked}),
+            ("POST", "/api/v1/keys/", {"headers": auth, "json": {"name": "x", "scopes": ["no"]}}),
+            ("POST", f"/api/v1/keys/{key_id}/rotate/", {"headers": auth, "json": {"x": 1}}),
+            ("GET", "/api/v1/costs/", {"headers": {"Authorization": f"Bearer {keys['client']}"}}),
+        ]
         for method, path, kwargs in calls:
             seen.keep(f"{method} {path}", web.request(method, path, **kwargs))
         assert provider.stats()["requests"] >= 7
@@ -247,6 +296,22 @@ def test_no_secret_is_written_anywhere(tmp_path: Any) -> None:
     own_form = _admin_pages(seen)
 
     # --- the scan -------------------------------------------------------------------------------
+    # Our keys' secrets: found nowhere but in the one response that created each.
+    key_secrets = {f"our key {name}": secret for name, secret in keys.items()}
+    key_leaks: list[Found] = []
+    for (table, column), names in sorted(scan_database(key_secrets).items()):
+        key_leaks += [(f"database {table}.{column}", name) for name in names]
+    key_leaks += scan_redis(django_rq.get_connection(LLM_QUEUE), key_secrets)[1]
+    for name, output in processes.outputs():
+        key_leaks += scan_text(f"output of {name}", output, key_secrets)
+    for where, text in seen.texts:
+        allowed = creations.get(where)
+        canaries = {n: v for n, v in key_secrets.items() if n != f"our key {allowed}"}
+        key_leaks += scan_text(f"response {where}", text, canaries)
+    assert not key_leaks, "\n".join(f"{n} found in {w}" for w, n in sorted(set(key_leaks)))
+    for where, name in creations.items():  # and the creations did show them
+        assert any(keys[name] in text for w, text in seen.texts if w == where), where
+
     targets = {name: value for name, value in SECRETS.items() if name != "api_key"}
     leaks: list[Found] = []
     in_database = scan_database(SECRETS)

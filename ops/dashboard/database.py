@@ -309,7 +309,7 @@ def spend_by_key(now: datetime) -> list[dict]:
 
 def budget_use(now: datetime) -> list[dict]:
     """Every enabled budget's current window and forecast, as the budget admin shows them."""
-    budgets = Budget.objects.filter(enabled=True).select_related("user").order_by("id")
+    budgets = Budget.objects.filter(enabled=True).select_related("user", "api_key").order_by("id")
     return [
         {
             "id": status.budget.id,
