@@ -53,7 +53,8 @@ class InsufficientScope(ApplicationError):
 
 def request_api_key(request: Request) -> ApiKey | None:
     """The key the request authenticated with; None for a session."""
-    return request.auth if isinstance(request.auth, ApiKey) else None
+    auth = getattr(request, "auth", None)
+    return auth if isinstance(auth, ApiKey) else None
 
 
 def request_api_key_id(request: Request) -> int | None:

@@ -335,12 +335,12 @@ class Budget(models.Model):
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
-        if self.scope == self.Scope.FEATURE and (
-            not self.feature or self.user_id or self.api_key_id
-        ):
-            raise ValidationError("A feature budget names a feature and no user or key.")
-        if self.scope == self.Scope.USER and (not self.user_id or self.feature or self.api_key_id):
-            raise ValidationError("A user budget names a user and no feature or key.")
+        if self.scope == self.Scope.FEATURE and (not self.feature or self.user_id):
+            raise ValidationError("A feature budget names a feature and no user.")
+        if self.scope == self.Scope.USER and (not self.user_id or self.feature):
+            raise ValidationError("A user budget names a user and no feature.")
+        if self.scope != self.Scope.KEY and self.api_key_id:
+            raise ValidationError("Only a key budget names an API key.")
         if self.scope == self.Scope.KEY and (not self.api_key_id or self.feature or self.user_id):
             raise ValidationError("A key budget names an API key and no feature or user.")
 

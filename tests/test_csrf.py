@@ -12,8 +12,9 @@ import pytest
 from django.conf import settings
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 
+from api.authentication import ApiTokenAuthentication
 from jobs.models import LlmJob
 from keys.testing import api_key_for
 from ledger.models import Budget
@@ -85,7 +86,7 @@ def test_the_csrf_middleware_is_installed_and_only_drf_views_skip_it():
             if issubclass(auth, SessionAuthentication):
                 assert auth.enforce_csrf is SessionAuthentication.enforce_csrf, (path, auth)
             else:
-                assert issubclass(auth, TokenAuthentication), (path, auth)
+                assert issubclass(auth, ApiTokenAuthentication), (path, auth)
 
 
 @pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
