@@ -34,6 +34,7 @@ from rest_framework.test import APIClient
 from dlq.services import failure_record_create
 from jobs.models import LlmJob
 from jobs.services import job_submit
+from keys.models import ApiKey
 from keys.testing import api_key_for
 from ledger.models import Budget
 from pipelines.services import pipeline_create
@@ -91,6 +92,41 @@ def test_it_serves_the_schema_and_its_docs_to_anyone_without_a_cdn() -> None:
         assert finders.find(f"drf_spectacular_sidecar/swagger-ui-dist/{name}"), name
 
 
+def test_every_operation_names_the_scope_its_key_needs() -> None:
+    """Each operation's ``x-required-scope`` is the scope the authorization table's ``SCOPES``
+    gives its door (null: any key), its description says it, and an operation that needs one
+    documents ``403 insufficient_scope``; the key scheme is ``Bearer``."""
+    from tests.test_authorization import SCOPES
+
+    schema = APIClient().get("/api/schema/", {"format": "json"}).json()
+    assert schema["components"]["securitySchemes"]["apiKey"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": schema["components"]["securitySchemes"]["apiKey"]["description"],
+    }
+    by_route = {}
+    for scope, doors in SCOPES.items():
+        for door in doors:
+            if door.startswith("/ws/"):
+                continue
+            method, path = door.split(" ", 1)
+            route = re.sub(r"\{[^}]+\}", "{id}", path.split("?")[0])
+            by_route[(method, route)] = scope
+    seen = 0
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            scope = by_route[(method.upper(), re.sub(r"\{[^}]+\}", "{id}", path))]
+            assert operation["x-required-scope"] == scope, (method, path)
+            assert {"apiKey": []} in operation["security"], (method, path)
+            if scope is None:
+                assert "**Scope:** any API key." in operation["description"]
+                continue
+            assert f"**Scope:** `{scope}`." in operation["description"], (method, path)
+            assert "`insufficient_scope`" in operation["responses"]["403"]["description"]
+            seen += 1
+    assert seen >= 25
+
+
 @dataclass(frozen=True)
 class Web:
     url: str
@@ -132,6 +168,12 @@ def _known_ids() -> dict[str, list[str]]:
         "budget_id": [str(budget.id) for budget in budgets],
         "pipeline_id": [
             str(pipeline_create(user=owner, data={"steps": [job_body()]}).id)
+            for owner in (alice, bob)
+        ],
+        # Keys of alice's and bob's other than the actor's own (revoking that one would leave
+        # the rest of the run at 401).
+        "key_id": [
+            str(ApiKey.objects.get(prefix=api_key_for(owner, name="fuzzed")[:12]).id)
             for owner in (alice, bob)
         ],
     }

@@ -243,7 +243,10 @@ def test_no_secret_is_written_anywhere(tmp_path: Any) -> None:
         creations[f"POST {rotate} -> 200"] = "rotated"
         seen.keep("old key", web.get("/api/v1/jobs/", headers=auth))  # 401: grace 0
         auth = {"Authorization": f"Bearer {keys['rotated']}"}
-        run_job({})
+        # (The breaker is open since the 401s above: a job is accepted and held, not run.)
+        held = seen.keep("submit", web.post("/api/v1/jobs/", json=job_body(), headers=auth))
+        assert held.status_code == 202, held.text
+        seen.keep("job", web.get(f"/api/v1/jobs/{held.json()['id']}/", headers=auth))
         doomed = seen.keep(
             "POST /api/v1/keys/ (doomed)",
             web.post(
