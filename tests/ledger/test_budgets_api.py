@@ -62,6 +62,7 @@ def test_it_lists_every_budget_with_its_window_and_forecast(
         "feature",
         "user",
         "user_id",
+        "api_key_id",
         "period",
         "limit_usd",
         "enabled",
