@@ -216,7 +216,10 @@ def test_a_database_error_in_a_pass_is_survived_on_a_fresh_connection(settings, 
 
     loop = ScriptedLoop(script)
     with caplog.at_level("INFO", logger="loops.command"):
-        run_loop(loop, "--loop", "--interval", "0.05")
+        # Not shorter: the loop checks its own liveness (a loop is stalled after three
+        # intervals without a pass), and pass 2's failure, back-off and reconnect took more than
+        # 3 x 0.05 s on a loaded machine: a stall alert of its own then joined the reports.
+        run_loop(loop, "--loop", "--interval", "0.5")
     assert loop.passes == 4
     # Looping, each pass's report is a log line of its own.
     reports = [r.getMessage() for r in caplog.records if getattr(r, "loop", None) == "scripted"]
