@@ -1,6 +1,6 @@
 """What a job must pass to be accepted, beyond the shape of its body (jobs/validation.py):
-a priced model whose limits fit ``max_tokens``, budgets with room left, and idempotency keys
-compared byte for byte. Used by ``job_submit`` and ``job_requeue``."""
+a priced chat model of an enabled provider whose limits fit ``max_tokens``, budgets with room
+left, and idempotency keys compared byte for byte. Used by ``job_submit`` and ``job_requeue``."""
 
 import hashlib
 import math
@@ -10,7 +10,9 @@ from django.utils import timezone
 
 from api.errors import LimitExceeded, ValidationFailed
 from ledger.budgets import budgets_exhausted_for
+from ledger.models import ModelPrice
 from ledger.selectors import price_for_model, unknown_model_error
+from providers.selectors import provider_row
 
 __all__ = ["check_against_price_table", "check_budgets_not_spent", "idempotency_key_hash"]
 
@@ -21,6 +23,19 @@ def check_against_price_table(*, model: str, max_tokens: int) -> None:
     price = price_for_model(model=model)
     if price is None:
         raise unknown_model_error(model)
+    if price.kind != ModelPrice.Kind.CHAT:
+        raise ValidationFailed(
+            f"{model} is an {price.kind} model: a job needs a chat model.",
+            code="invalid_model",
+            detail={"field": "model", "kind": price.kind},
+        )
+    provider = provider_row(name=price.provider_name)
+    if provider is not None and not provider.enabled:
+        raise ValidationFailed(
+            f"{model} runs on the provider {provider.name}, which is disabled.",
+            code="provider_disabled",
+            detail={"field": "model", "provider": provider.name},
+        )
     maximum = price.max_output_tokens
     if max_tokens > maximum:
         raise ValidationFailed(

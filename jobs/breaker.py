@@ -19,6 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from jobs.models import ProviderBreaker
+from providers.models import DEFAULT_PROVIDER
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -32,13 +33,15 @@ __all__ = [
     "breaker_gate",
     "breaker_open",
     "breaker_probe_due",
+    "breakers_held",
     "is_account_wide",
 ]
 
 logger = logging.getLogger(__name__)
 
-PROVIDER = "anthropic"
-"""The one provider of the job path today; the breaker is kept per provider."""
+PROVIDER = DEFAULT_PROVIDER
+"""The default provider (``anthropic``); each provider has a breaker of its own, named as its
+row (providers/models.py), and an open one holds only its own provider's jobs."""
 
 ACCOUNT_WIDE_REASONS = frozenset(
     {
@@ -46,6 +49,7 @@ ACCOUNT_WIDE_REASONS = frozenset(
         "permission_denied",
         "payment_required",
         "spend_cap",
+        "insufficient_quota",
         "credit_balance",
     }
 )
@@ -84,6 +88,19 @@ def breaker_probe_due(*, provider: str = PROVIDER) -> bool | None:
     if breaker is None:
         return None
     return breaker.next_probe_at is not None and breaker.next_probe_at <= timezone.now()
+
+
+def breakers_held() -> dict[str, bool]:
+    """Every provider whose breaker is open, and whether its probe call is due now."""
+    if not settings.LLM_BREAKER_ENABLED:
+        return {}
+    now = timezone.now()
+    return {
+        provider: next_probe_at is not None and next_probe_at <= now
+        for provider, next_probe_at in ProviderBreaker.objects.filter(
+            state=ProviderBreaker.State.OPEN
+        ).values_list("provider", "next_probe_at")
+    }
 
 
 def _probe_period() -> timedelta:

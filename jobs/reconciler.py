@@ -35,11 +35,12 @@ from django.utils import timezone
 from rq import Queue
 from rq.job import Job
 
-from jobs.breaker import breaker_probe_due
+from jobs.breaker import breakers_held
 from jobs.models import LlmJob
 from jobs.services import job_enqueue_again, job_recover
 from ledger.budgets import budget_release_unclaimed
 from llmops.queues import LLM_QUEUE, job_lock_key
+from providers.selectors import provider_models
 from runtime.rq_jobs import (
     rq_job_awaits_scheduler,
     rq_job_is_alive,
@@ -156,18 +157,47 @@ def requeue_waiting_jobs(
     grace = settings.LLM_LOST_QUEUE_GRACE_SECONDS if grace_seconds is None else grace_seconds
     cutoff = now - timedelta(seconds=grace)
     overdue_cutoff = now - timedelta(seconds=settings.LLM_OVERDUE_RETRY_SECONDS)
-    probe_due = breaker_probe_due()
-    limit = None
-    if probe_due is not None:
-        report.held_by_breaker = True
-        if not probe_due:
-            return report
-        limit = 1  # the breaker is open: one job goes out as its probe call
     waiting = LlmJob.objects.filter(
         Q(status=LlmJob.Status.QUEUED, enqueued_at__lt=cutoff)
         # A retry is looked at once lost (grace) or overdue, whichever comes first.
         | Q(status=LlmJob.Status.RETRYING, next_attempt_at__lt=max(cutoff, overdue_cutoff))
     )
+    held = breakers_held()
+    if not held:
+        _requeue(queue, waiting, report, overdue_cutoff=overdue_cutoff, limit=None)
+        return report
+    # An open breaker holds only its provider's jobs; every other provider's go out as usual,
+    # and each open breaker whose probe is due lets one of its jobs out as its probe call.
+    report.held_by_breaker = True
+    held_models = provider_models(names=set(held))
+    _requeue(
+        queue,
+        waiting.exclude(model__in=held_models),
+        report,
+        overdue_cutoff=overdue_cutoff,
+        limit=None,
+    )
+    for provider, probe_due in sorted(held.items()):
+        if probe_due:
+            models = provider_models(names={provider})
+            _requeue(
+                queue,
+                waiting.filter(model__in=models),
+                report,
+                overdue_cutoff=overdue_cutoff,
+                limit=1,
+            )
+    return report
+
+
+def _requeue(
+    queue: Any,
+    waiting: Any,
+    report: ReconcileReport,
+    *,
+    overdue_cutoff: Any,
+    limit: int | None,
+) -> None:
     after = None
     for _ in range(MAX_BATCHES_PER_PASS):
         page = waiting.filter(id__gt=after) if after else waiting
@@ -215,8 +245,7 @@ def requeue_waiting_jobs(
             if limit is not None:
                 limit -= 1
                 if limit == 0:
-                    return report
-    return report
+                    return
 
 
 def reconcile_jobs() -> ReconcileReport:

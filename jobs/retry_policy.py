@@ -75,6 +75,8 @@ _CLASSES: dict[str, Classification] = {
         _transient("connection_dropped"),
         _transient("rate_limited"),
         _fatal("spend_cap", Severity.CRITICAL),
+        # OpenAI-compatible 429 with code insufficient_quota: no credit left, account-wide.
+        _fatal("insufficient_quota", Severity.CRITICAL),
         _transient("overloaded"),
         _transient("server_error"),
         _transient("conflict"),

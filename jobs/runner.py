@@ -49,6 +49,7 @@ from providers.base import ProviderOutcome, ProviderRequest
 from providers.call_deadline import CallDeadline
 from providers.ratelimit_headers import MAX_PAUSE_SECONDS
 from providers.registry import provider_for, warm_up_providers
+from providers.selectors import provider_name_for_model
 from ratelimits.services import (
     RateLimitGrant,
     rate_limit_acquire,
@@ -230,14 +231,16 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
         return "locked"
     try:
         close_old_connections()
-        gate = breaker_gate()
-        if gate == "open":
-            logger.info("job %s held: the provider circuit breaker is open", job_id)
-            return "held"
         waiting = job_for_run(job_id=job_id, rq_job_id=rq_job_id)
         if waiting is None:
             logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
             return "skipped"
+        # Each provider has its own breaker: an open one holds only its own provider's jobs.
+        provider_name = provider_name_for_model(model=waiting.model)
+        gate = breaker_gate(provider=provider_name)
+        if gate == "open":
+            logger.info("job %s held: the %s circuit breaker is open", job_id, provider_name)
+            return "held"
         attempt = waiting.attempts + 1
         bind_log_context(feature=waiting.feature, model=waiting.model, attempt=attempt)
         if waiting.concurrency_key:
@@ -413,7 +416,7 @@ def _call_and_record(
                 until=record.until(),
             )
             if probe:
-                breaker_close(reason=f"probe call succeeded (job {job.id})")
+                breaker_close(provider=provider.name, reason=f"probe call succeeded (job {job.id})")
         else:
             _persist(
                 lambda: job_attempt_failed(

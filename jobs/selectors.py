@@ -36,14 +36,16 @@ def job_list_for_user(
     return jobs.order_by("-created_at", "-id")
 
 
-def job_oldest_overdue_retry(*, due_before: datetime) -> LlmJob | None:
+def job_oldest_overdue_retry(
+    *, due_before: datetime, exclude_models: set[str] | None = None
+) -> LlmJob | None:
     """The retrying job whose next attempt fell due longest ago, if that was before
-    ``due_before``: its retry should have run by now (no scheduler, or workers far behind)."""
-    return (
-        LlmJob.objects.filter(status=LlmJob.Status.RETRYING, next_attempt_at__lt=due_before)
-        .order_by("next_attempt_at")
-        .first()
-    )
+    ``due_before``: its retry should have run by now (no scheduler, or workers far behind).
+    ``exclude_models``: models whose jobs wait on purpose (their provider's breaker is open)."""
+    overdue = LlmJob.objects.filter(status=LlmJob.Status.RETRYING, next_attempt_at__lt=due_before)
+    if exclude_models:
+        overdue = overdue.exclude(model__in=exclude_models)
+    return overdue.order_by("next_attempt_at").first()
 
 
 DUE_TOLERANCE_SECONDS = 1.0

@@ -54,6 +54,7 @@ from ledger.services import (
     cost_entry_record_attempt,
 )
 from llmops.queues import LLM_QUEUE, RUN_LLM_JOB_TASK
+from providers.selectors import provider_name_for_model
 from ratelimits.configured_limits import is_priority_feature
 from runtime.redis_clients import queue as rq_queue
 
@@ -509,7 +510,12 @@ def _end_failed_attempt(job: LlmJob, failure: AttemptFailure, *, via: Transition
         return _schedule_retry(job, at=at, fields=[*fields, "retry_counts"], via=via)
 
     if breaker.is_account_wide(reason):
-        breaker.breaker_open(reason_code=reason, message=failure.record.message, job=job)
+        breaker.breaker_open(
+            reason_code=reason,
+            message=failure.record.message,
+            job=job,
+            provider=provider_name_for_model(model=job.model),
+        )
     return _dead_letter(
         job,
         fields=fields,
@@ -744,5 +750,8 @@ def job_requeue(*, job: LlmJob, model: str | None = None) -> bool:
         if breaker.is_account_wide(failed_reason):
             # Requeuing a job the account-wide failure dead-lettered says "fixed, try again";
             # if it is not fixed, this job opens the breaker again at its first call.
-            breaker.breaker_close(reason=f"job {job.id} ({failed_reason}) requeued")
+            breaker.breaker_close(
+                provider=provider_name_for_model(model=job.model),
+                reason=f"job {job.id} ({failed_reason}) requeued",
+            )
     return bool(updated)

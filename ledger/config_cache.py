@@ -1,6 +1,6 @@
-"""The price table and the budgets, kept in each process and read again only when one of
-them changes: every submit and every attempt asked the database for both (a submit twice, an
-attempt four times), though they change a few times a month.
+"""The price table, the providers and the budgets, kept in each process and read again only
+when one of them changes: every submit and every attempt asked the database for both (a submit
+twice, an attempt four times), though they change a few times a month.
 
 How a process knows its copy is current: a token in Redis (``config_token_key()``), which every
 save or delete of a ``ModelPrice`` or a ``Budget`` replaces once its transaction commits. Each
@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 
 from ledger.models import Budget, ModelPrice
 from llmops.queues import LLM_QUEUE, config_token_key
+from providers.models import Provider
 from runtime.redis_clients import queue_connection
 
 __all__ = ["Snapshot", "config_changed", "config_snapshot"]
@@ -54,6 +55,8 @@ class Snapshot:
     token: str
     prices: dict[str, list[ModelPrice]] = field(default_factory=dict)
     """Every price row of each model, the latest ``effective_from`` first."""
+    providers: dict[str, Provider] = field(default_factory=dict)
+    """Every provider row, by name."""
     budgets_by_feature: dict[str, list[Budget]] = field(default_factory=dict)
     budgets_by_user: dict[int, list[Budget]] = field(default_factory=dict)
     budgets_by_key: dict[int, list[Budget]] = field(default_factory=dict)
@@ -147,6 +150,7 @@ def _load(token: str) -> Snapshot:
     prices: dict[str, list[ModelPrice]] = {}
     for price in ModelPrice.objects.order_by("model", "-effective_from"):
         prices.setdefault(price.model, []).append(price)
+    providers = {provider.name: provider for provider in Provider.objects.all()}
     by_feature: dict[str, list[Budget]] = {}
     by_user: dict[int, list[Budget]] = {}
     by_key: dict[int, list[Budget]] = {}
@@ -160,6 +164,7 @@ def _load(token: str) -> Snapshot:
     return Snapshot(
         token=token,
         prices=prices,
+        providers=providers,
         budgets_by_feature=by_feature,
         budgets_by_user=by_user,
         budgets_by_key=by_key,
@@ -170,6 +175,6 @@ def _on_change(**kwargs: object) -> None:
     config_changed()
 
 
-for _model in (ModelPrice, Budget):
+for _model in (ModelPrice, Budget, Provider):
     post_save.connect(_on_change, sender=_model, dispatch_uid=f"config_cache_{_model.__name__}")
     post_delete.connect(_on_change, sender=_model, dispatch_uid=f"config_cache_d{_model.__name__}")

@@ -5,6 +5,8 @@ from typing import Any, NoReturn
 from django.conf import settings
 from django.db import models
 
+from providers.models import DEFAULT_PROVIDER
+
 
 class ModelPrice(models.Model):
     """Prices of one model in USD per million tokens, valid from ``effective_from`` on.
@@ -13,7 +15,23 @@ class ModelPrice(models.Model):
     old attempt is always priced at the rate in force when it ran.
     """
 
+    class Kind(models.TextChoices):
+        CHAT = "chat", "Chat"
+        EMBEDDING = "embedding", "Embedding"
+
     model = models.CharField(max_length=100, db_index=True)
+    # Referenced by its name, as breakers and rate limits are: a row of the anthropic provider
+    # is there from the first migration on, and no database constraint ties prices to it.
+    provider = models.ForeignKey(
+        "providers.Provider",
+        to_field="name",
+        db_constraint=False,
+        on_delete=models.PROTECT,
+        default=DEFAULT_PROVIDER,
+        related_name="prices",
+        help_text="The provider that serves the model: its jobs run there.",
+    )
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.CHAT)
     effective_from = models.DateTimeField()
     input_per_mtok = models.DecimalField(max_digits=12, decimal_places=4)
     output_per_mtok = models.DecimalField(max_digits=12, decimal_places=4)
@@ -45,6 +63,11 @@ class ModelPrice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model} from {self.effective_from:%Y-%m-%d}"
+
+    @property
+    def provider_name(self) -> str:
+        """The name of the provider that serves the model (no query)."""
+        return str(self.provider_id or DEFAULT_PROVIDER)
 
 
 class LedgerIsAppendOnly(ValueError):
@@ -139,6 +162,11 @@ class CostEntry(models.Model):
     )
     feature = models.CharField(max_length=64, db_index=True)
     model = models.CharField(max_length=100, db_index=True)
+    provider = models.CharField(
+        max_length=40,
+        default=DEFAULT_PROVIDER,
+        help_text="The provider the attempt ran on (its price row's), copied like the model.",
+    )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.PROTECT,

@@ -21,6 +21,7 @@ from ledger.hooks import cost_entry_booked
 from ledger.models import CostEntry, ModelPrice
 from ledger.pricing import attempt_cost, broken_stream_cost, upper_bound_cost
 from ledger.selectors import price_for_model
+from providers.models import DEFAULT_PROVIDER
 
 if TYPE_CHECKING:
     from jobs.models import LlmJob
@@ -167,6 +168,9 @@ def _create_row(
         # A correction books against the attempt as it ran, whatever the job became since.
         feature=corrects.feature if corrects else job.feature,
         model=corrects.model if corrects else job.model,
+        provider=corrects.provider
+        if corrects
+        else (price.provider_name if price else DEFAULT_PROVIDER),
         user_id=job.user_id,
         api_key_id=job.api_key_id,
         price=price,

@@ -17,10 +17,11 @@ from django.utils import timezone
 from alerts.destinations import destinations_for
 from alerts.models import Alert, AlertFingerprint, Severity
 from alerts.notifications import alert_create, condition_alert_update, trigger_destinations
-from jobs.breaker import breaker_probe_due
+from jobs.breaker import breakers_held
 from jobs.models import LlmJob
 from jobs.selectors import job_oldest_overdue_retry
 from llmops.queues import LLM_QUEUE
+from providers.selectors import provider_models
 
 __all__ = ["RETRY_OVERDUE_FINGERPRINT", "RetryOverdue", "retry_overdue_check"]
 
@@ -48,10 +49,10 @@ class RetryOverdue:
 
 def _oldest_overdue(*, due_before: datetime) -> LlmJob | None:
     # Retries held by an open provider circuit breaker wait on purpose; the failure that opened
-    # it has already paged.
-    if breaker_probe_due() is not None:
-        return None
-    return job_oldest_overdue_retry(due_before=due_before)
+    # it has already paged. Other providers' retries are still watched.
+    held = breakers_held()
+    exclude = provider_models(names=set(held)) if held else None
+    return job_oldest_overdue_retry(due_before=due_before, exclude_models=exclude)
 
 
 def retry_overdue_check(

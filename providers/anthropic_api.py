@@ -8,21 +8,28 @@ about two seconds of CPU that only the llm worker needs to spend.
 
 from providers import limits
 from providers.base import ProviderOutcome, ProviderRequest
+from providers.models import DEFAULT_PROVIDER
 
 __all__ = ["AnthropicProvider"]
 
 
 class AnthropicProvider:
-    """The Messages API, one streamed call per attempt."""
+    """The Messages API, one streamed call per attempt. Without arguments: the ``anthropic``
+    row as it has always been configured (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``)."""
 
-    name = "anthropic"
+    def __init__(
+        self, name: str = DEFAULT_PROVIDER, base_url: str = "", api_key: str | None = None
+    ) -> None:
+        self.name = name
+        self.base_url = base_url
+        self.api_key = api_key
 
     def call(self, request: ProviderRequest) -> ProviderOutcome:
         """One streamed Messages API call; with a ``deadline``, it ends by then whatever the
         provider sends, or at once when cancelled (providers/call_deadline.py)."""
         from providers import anthropic_sdk
 
-        return anthropic_sdk.call(request)
+        return anthropic_sdk.call(request, base_url=self.base_url, api_key=self.api_key)
 
     def warm_up(self) -> None:
         from providers import anthropic_sdk

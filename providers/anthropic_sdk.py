@@ -36,9 +36,14 @@ FAKE_PROVIDER_KEY = "fake-local-key"
 
 
 @functools.lru_cache(maxsize=8)
-def get_client(base_url: str, read_timeout: float, connect_timeout: float) -> anthropic.Anthropic:
+def get_client(
+    base_url: str, read_timeout: float, connect_timeout: float, api_key: str | None = None
+) -> anthropic.Anthropic:
+    """The SDK client of one base URL and key (None: ``ANTHROPIC_API_KEY``; without one, the
+    fake provider's key)."""
+    key = settings.ANTHROPIC_API_KEY if api_key is None else api_key
     client = anthropic.Anthropic(
-        api_key=settings.ANTHROPIC_API_KEY or FAKE_PROVIDER_KEY,
+        api_key=key or FAKE_PROVIDER_KEY,
         base_url=base_url,
         max_retries=0,
         timeout=anthropic.Timeout(read_timeout, connect=connect_timeout),
@@ -304,23 +309,27 @@ def _delta_bytes(delta: Any) -> int:
     return 0
 
 
-def call(request: ProviderRequest) -> ProviderOutcome:
+def call(
+    request: ProviderRequest, *, base_url: str = "", api_key: str | None = None
+) -> ProviderOutcome:
     """One streamed Messages API call; with a ``deadline``, it ends by then whatever the
-    provider sends, or at once when cancelled (providers/call_deadline.py)."""
+    provider sends, or at once when cancelled (providers/call_deadline.py). ``base_url`` empty:
+    ``ANTHROPIC_BASE_URL``; ``api_key`` None: ``ANTHROPIC_API_KEY``."""
     if request.deadline is None:
-        return _call(request)
+        return _call(request, base_url, api_key)
     with request.deadline:
-        return _call(request)
+        return _call(request, base_url, api_key)
 
 
-def _call(request: ProviderRequest) -> ProviderOutcome:
+def _call(request: ProviderRequest, base_url: str, api_key: str | None) -> ProviderOutcome:
     """One streamed Messages call. The read timeout is the stream's idle bound: the API sends
     ``ping`` events while it works, so a socket silent that long has stalled (the SDK swallows
     the pings, so the bound sits at the socket, not on parsed events)."""
     client = get_client(
-        settings.ANTHROPIC_BASE_URL,
+        base_url or settings.ANTHROPIC_BASE_URL,
         settings.LLM_STREAM_IDLE_SECONDS,
         settings.LLM_PROVIDER_CONNECT_TIMEOUT,
+        api_key,
     )
     timeout = anthropic.Timeout(
         request.read_timeout or settings.LLM_STREAM_IDLE_SECONDS,

@@ -1,9 +1,9 @@
 """What a failed call's answer says went wrong: its reason code, read from the outcome.
 
-Read from the HTTP status and the error body (``error.type``, ``error.details.error_code``, the
-message), never from the SDK's exception class, whose names moved between releases. What each
-reason means for the job (retry or dead-letter, severity) is the retry table's
-(jobs/retry_policy.py).
+Read from the HTTP status and the error body (``error.type``, ``error.details.error_code`` or,
+from an OpenAI-compatible API, ``error.code``, the message), never from the SDK's exception
+class, whose names moved between releases. What each reason means for the job (retry or
+dead-letter, severity) is the retry table's (jobs/retry_policy.py).
 """
 
 import re
@@ -16,6 +16,7 @@ REASONS = (
     "connection_dropped",
     "rate_limited",
     "spend_cap",
+    "insufficient_quota",
     "overloaded",
     "server_error",
     "conflict",
@@ -56,6 +57,9 @@ def failure_reason(
     if status == 429:
         if error_code == "enforced_spend_limit_reached":
             return "spend_cap"
+        if "insufficient_quota" in (error_code, error_type):
+            # OpenAI-compatible: the account is out of credit, not going too fast.
+            return "insufficient_quota"
         return "rate_limited"
     if status == 529 or error_type == "overloaded_error":
         return "overloaded"

@@ -4,12 +4,16 @@ limiter pauses after a 429.
 The Messages API sends on every answer, success or error, for each limit that applies:
 ``anthropic-ratelimit-{requests,input-tokens,output-tokens,tokens}-{limit,remaining,reset}``
 (reset: RFC 3339, when the limit is fully replenished), and ``retry-after`` (seconds) on a 429.
+An OpenAI-compatible API sends ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` instead
+(reset: a duration such as ``6m0s`` or ``20ms``; tokens: input and output together), read into the
+same kinds (``requests``, ``tokens``), its resets counted from the answer's ``Date``.
 A reset is a time on the provider's clock: it is read against the answer's own ``Date`` header,
 never against ours (a worker whose clock is off by a minute would pause a minute too long, or
 not at all).
 """
 
 import math
+import re
 import time
 from collections.abc import Mapping
 from datetime import datetime
@@ -64,8 +68,23 @@ def rate_limit_headers(headers: Any) -> dict[str, str]:
     return {
         k: v
         for k, v in headers.items()
-        if k.lower().startswith("anthropic-ratelimit-") or k.lower() == "date"
+        if k.lower().startswith(("anthropic-ratelimit-", "x-ratelimit-")) or k.lower() == "date"
     }
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+
+
+def _duration_ms(value: str | None) -> int | None:
+    """An OpenAI-style duration (``1s``, ``6m0s``, ``20ms``, ``1h2m3.5s``) in ms; None if bad."""
+    text = (value or "").strip()
+    if not text:
+        return None
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        return None
+    return int(sum(float(number) * _UNIT_MS[unit] for number, unit in parts))
 
 
 def _int(value: str | None) -> int | None:
@@ -120,6 +139,19 @@ def learned_from_headers(
         )
     if "input_tokens" in learned or "output_tokens" in learned:
         learned.pop("tokens", None)
+    base = date or int((time.time() if now is None else now) * 1000)
+    for kind in ("requests", "tokens"):
+        # OpenAI-compatible: the same limits, a reset given as a duration from the answer.
+        limit = _int(lowered.get(f"x-ratelimit-limit-{kind}"))
+        if kind in learned or limit is None or limit <= 0:
+            continue
+        remaining = _int(lowered.get(f"x-ratelimit-remaining-{kind}"))
+        after = _duration_ms(lowered.get(f"x-ratelimit-reset-{kind}"))
+        learned[kind] = (
+            limit,
+            -1 if remaining is None else max(0, remaining),
+            base + after + shift if after is not None else 0,
+        )
     return learned
 
 

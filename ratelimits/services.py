@@ -15,12 +15,12 @@ from django.conf import settings
 from django.db import transaction
 from redis.exceptions import RedisError
 
-from jobs.breaker import PROVIDER
 from jobs.models import LlmJob
 from ledger.pricing import estimate_input_tokens
 from providers.base import ProviderOutcome
 from providers.errors import failure_reason
 from providers.ratelimit_headers import MAX_PAUSE_SECONDS, learned_from_headers, pause_after_429
+from providers.selectors import provider_name_for_model
 from ratelimits.configured_limits import config_cache_clear, configured_limits
 from ratelimits.limiter import limiter_mark_sent, limiter_reserve, limiter_settle
 from ratelimits.models import RateLimit
@@ -71,7 +71,8 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
     Waits in process while the wait is short (``LLM_RATE_LIMIT_MAX_WAIT_SECONDS`` in all);
     a longer wait returns a hold instead, for ``job_hold``.
     """
-    provider, model = PROVIDER, job.model
+    # Each provider has its own limiter: its windows, learned limits and 429 pauses.
+    provider, model = provider_name_for_model(model=job.model), job.model
     if not settings.LLM_RATE_LIMIT_ENABLED:
         return RateLimitGrant(provider, model, None)
     reservation_id = f"{job.id}:{attempt}"

@@ -13,7 +13,7 @@ from providers.registry import get_provider, provider_for
 ROOT = Path(__file__).resolve().parents[2]
 
 # The SDK and the HTTP stack under it: what a provider implementation talks through.
-SDK_MODULES = ("anthropic", "httpx2", "httpcore2")
+SDK_MODULES = ("anthropic", "openai", "httpx2", "httpcore2")
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -49,7 +49,8 @@ def test_it_is_the_only_app_that_imports_the_sdk():
     assert offenders == []
 
 
-def test_every_model_is_served_by_the_anthropic_provider():
+@pytest.mark.django_db
+def test_claude_models_are_served_by_the_anthropic_provider():
     provider = provider_for("claude-haiku-4-5")
     assert isinstance(provider, Provider) and isinstance(provider, AnthropicProvider)
     assert provider is get_provider() and provider.name == "anthropic"

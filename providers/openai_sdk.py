@@ -1,0 +1,292 @@
+"""The OpenAI SDK boundary: one streamed Chat Completions call to an OpenAI-compatible endpoint
+(OpenAI, Ollama, vLLM, LM Studio, a gateway) through the official ``openai`` package.
+
+Only ``providers/openai_api.py`` imports this module, on a call. As with Anthropic's: the SDK
+never retries (``max_retries=0``), the read timeout is the stream's idle bound, every call's
+sockets are bounded by its deadline (providers/call_deadline.py), and the call reports what it
+observed as a ``ProviderOutcome``, never raising for provider trouble. The body is translated at
+this edge (providers/openai_translate.py).
+"""
+
+import functools
+import time
+from typing import Any
+
+import httpx2
+import openai
+from django.conf import settings
+
+from providers.base import ProviderOutcome, ProviderRequest, streamed_output_bound
+from providers.call_deadline import CallDeadline, install
+from providers.openai_translate import (
+    Untranslatable,
+    chat_request,
+    output_content,
+    stop_reason_of,
+    usage_of,
+)
+from providers.ratelimit_headers import rate_limit_headers, retry_after_seconds
+
+__all__ = ["call", "get_client"]
+
+NO_KEY = "no-key"
+"""Sent as the bearer token when the provider names no key variable (a local Ollama or vLLM
+accepts any, and the SDK refuses to build a client without one)."""
+
+# The status an error inside a 200 stream stands for, by its ``code`` or ``type``.
+_STATUS_OF_STREAM_ERROR = {
+    "rate_limit_exceeded": 429,
+    "insufficient_quota": 429,
+    "invalid_request_error": 400,
+    "context_length_exceeded": 400,
+    "server_error": 500,
+    "overloaded": 503,
+}
+
+
+@functools.lru_cache(maxsize=16)
+def get_client(base_url: str, api_key: str, read_timeout: float, connect_timeout: float) -> Any:
+    client = openai.OpenAI(
+        api_key=api_key or NO_KEY,
+        base_url=base_url,
+        max_retries=0,
+        timeout=openai.Timeout(read_timeout, connect=connect_timeout),
+    )
+    install(client._client)
+    return client
+
+
+class _Reading:
+    """What the stream delivered so far."""
+
+    def __init__(self) -> None:
+        self.response: Any = None
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.finish_reason: str | None = None
+        self.usage: dict[str, int] = {}
+        self.streamed_bytes = 0
+        self.request_id = ""
+
+    def content(self) -> list[dict[str, Any]]:
+        return output_content(
+            "".join(self.text), [self.calls[index] for index in sorted(self.calls)]
+        )
+
+    def headers(self) -> Any:
+        return self.response.headers if self.response is not None else {}
+
+    def read(self, chunk: Any, on_text: Any) -> None:
+        if chunk.usage is not None:
+            self.usage = usage_of(chunk.usage)
+        for choice in chunk.choices or ():
+            delta = choice.delta
+            if delta is not None and delta.content:
+                self.text.append(delta.content)
+                self.streamed_bytes += len(delta.content.encode())
+                if on_text is not None:
+                    on_text(delta.content)
+            for call in (delta.tool_calls or ()) if delta is not None else ():
+                slot = self.calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                if call.id:
+                    slot["id"] = call.id
+                if call.function is not None:
+                    if call.function.name:
+                        slot["name"] += call.function.name
+                    if call.function.arguments:
+                        slot["arguments"] += call.function.arguments
+                        self.streamed_bytes += len(call.function.arguments.encode())
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+
+
+def call(request: ProviderRequest, *, base_url: str, api_key: str) -> ProviderOutcome:
+    """One streamed Chat Completions call; with a ``deadline``, it ends by then whatever the
+    server sends, or at once when cancelled."""
+    if request.deadline is None:
+        return _call(request, base_url, api_key)
+    with request.deadline:
+        return _call(request, base_url, api_key)
+
+
+def _call(request: ProviderRequest, base_url: str, api_key: str) -> ProviderOutcome:
+    deadline = request.deadline
+    if deadline is not None and deadline.cancelled:
+        return ProviderOutcome(
+            "cancelled", 0, message="Cancelled before the call was sent.", request_sent=False
+        )
+    try:
+        arguments = chat_request(request.body)
+    except Untranslatable as exc:
+        return ProviderOutcome(
+            "error_response",
+            0,
+            http_status=400,
+            error_type="invalid_request_error",
+            message=f"Not sent: this OpenAI-compatible provider cannot be asked {exc}",
+            request_sent=False,
+        )
+    client = get_client(
+        base_url,
+        api_key,
+        settings.LLM_STREAM_IDLE_SECONDS,
+        settings.LLM_PROVIDER_CONNECT_TIMEOUT,
+    )
+    timeout = openai.Timeout(
+        request.read_timeout or settings.LLM_STREAM_IDLE_SECONDS,
+        connect=settings.LLM_PROVIDER_CONNECT_TIMEOUT,
+    )
+    started = time.monotonic()
+    reading = _Reading()
+    try:
+        stream = client.chat.completions.create(
+            **arguments,
+            extra_headers={"Idempotency-Key": request.idempotency_key},
+            timeout=timeout,
+        )
+        with stream:
+            reading.response = stream.response
+            reading.request_id = stream.response.headers.get("x-request-id", "")
+            for chunk in stream:
+                reading.read(chunk, request.on_text)
+                if deadline is not None and deadline.cancelled:
+                    break
+    except openai.APIStatusError as exc:
+        return _error_outcome(exc, started)
+    except (openai.APIConnectionError, httpx2.TransportError) as exc:
+        return _broken(_transport_failure(exc, started, deadline), reading, deadline, started)
+    except openai.APIError as exc:
+        # An error event inside the 200 stream: what streamed before it may be billed.
+        return _stream_error_outcome(exc, started, reading)
+    if deadline is not None and deadline.cancelled and reading.finish_reason is None:
+        return _cancelled(started, reading)
+    if reading.finish_reason is None:
+        return _broken(
+            ProviderOutcome(
+                "connection_dropped",
+                int((time.monotonic() - started) * 1000),
+                message="The stream ended before a finish_reason: outcome unknown",
+            ),
+            reading,
+            deadline,
+            started,
+        )
+    headers = reading.headers()
+    return ProviderOutcome(
+        "success",
+        int((time.monotonic() - started) * 1000),
+        http_status=reading.response.status_code,
+        request_id=reading.request_id,
+        text="".join(reading.text),
+        content=reading.content(),
+        stop_reason=stop_reason_of(reading.finish_reason),
+        usage=reading.usage,
+        rate_limit_headers=rate_limit_headers(headers),
+    )
+
+
+def _error_body(exc: openai.APIError) -> dict[str, Any]:
+    return exc.body if isinstance(exc.body, dict) else {}
+
+
+def _error_outcome(exc: openai.APIStatusError, started: float) -> ProviderOutcome:
+    """A plain HTTP error before the stream: not billed."""
+    body = _error_body(exc)
+    message = body.get("message") if isinstance(body.get("message"), str) else None
+    return ProviderOutcome(
+        "error_response",
+        int((time.monotonic() - started) * 1000),
+        http_status=exc.status_code,
+        request_id=exc.request_id or "",
+        error_type=str(body.get("type") or ""),
+        error_code=str(body.get("code") or ""),
+        message=message or str(exc),
+        retry_after=retry_after_seconds(exc.response.headers),
+        rate_limit_headers=rate_limit_headers(exc.response.headers),
+    )
+
+
+def _stream_error_outcome(
+    exc: openai.APIError, started: float, reading: _Reading
+) -> ProviderOutcome:
+    body = _error_body(exc)
+    code, kind = str(body.get("code") or ""), str(body.get("type") or "")
+    status = _STATUS_OF_STREAM_ERROR.get(code) or _STATUS_OF_STREAM_ERROR.get(kind, 500)
+    return ProviderOutcome(
+        "error_response",
+        int((time.monotonic() - started) * 1000),
+        http_status=status,
+        request_id=reading.request_id,
+        error_type=kind,
+        error_code=code,
+        message=f"{exc.message} (an error event inside the stream)",
+        text="".join(reading.text),
+        content=reading.content(),
+        usage=reading.usage,
+        output_tokens_bound=streamed_output_bound(reading.streamed_bytes),
+        rate_limit_headers=rate_limit_headers(reading.headers()),
+    )
+
+
+def _transport_failure(
+    exc: BaseException, started: float, deadline: CallDeadline | None
+) -> ProviderOutcome:
+    """Tell a request that never left (safe) from one whose outcome is unknown (maybe billed)."""
+    cause = exc.__cause__ if isinstance(exc, openai.APIConnectionError) else exc
+    latency = int((time.monotonic() - started) * 1000)
+    if isinstance(cause, (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)):
+        return ProviderOutcome("connection_error", latency, message=f"{type(cause).__name__}")
+    if deadline is not None and (deadline.passed() or deadline.was_cut):
+        return ProviderOutcome(
+            "read_timeout",
+            latency,
+            message=(
+                f"Deadline exceeded: the call was cut off after {latency / 1000:.1f} s (its "
+                f"deadline: {deadline.seconds:g} s) while the provider was still sending: "
+                "outcome unknown"
+            ),
+        )
+    if isinstance(exc, openai.APITimeoutError) or isinstance(cause, httpx2.TimeoutException):
+        return ProviderOutcome(
+            "read_timeout",
+            latency,
+            message=(
+                f"Stream stalled: nothing for {settings.LLM_STREAM_IDLE_SECONDS:g} s "
+                "(LLM_STREAM_IDLE_SECONDS): outcome unknown"
+            ),
+        )
+    return ProviderOutcome(
+        "connection_dropped",
+        latency,
+        message=f"Connection lost mid-request ({type(cause).__name__}): outcome unknown",
+    )
+
+
+def _broken(
+    outcome: ProviderOutcome, reading: _Reading, deadline: CallDeadline | None, started: float
+) -> ProviderOutcome:
+    """A stream that broke (stalled, dropped, cut off): what it streamed before. Its usage comes
+    only at the end, so the ledger bounds the attempt (docs/architecture.md, "Streaming")."""
+    if deadline is not None and deadline.cancelled:
+        return _cancelled(started, reading)
+    outcome.usage = reading.usage
+    outcome.text, outcome.content = "".join(reading.text), reading.content()
+    if reading.response is not None:
+        outcome.request_id = reading.request_id
+        outcome.http_status = reading.response.status_code
+    return outcome
+
+
+def _cancelled(started: float, reading: _Reading) -> ProviderOutcome:
+    return ProviderOutcome(
+        "cancelled",
+        int((time.monotonic() - started) * 1000),
+        http_status=reading.response.status_code if reading.response is not None else None,
+        request_id=reading.request_id,
+        message="Cancelled while the provider was answering; the stream was closed.",
+        text="".join(reading.text),
+        content=reading.content(),
+        usage=reading.usage,
+        output_tokens_bound=streamed_output_bound(reading.streamed_bytes),
+        rate_limit_headers=rate_limit_headers(reading.headers()),
+    )

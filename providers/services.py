@@ -1,0 +1,57 @@
+"""Writes of the provider rows: ``manage.py llm_provider`` and the admin save through here."""
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from api.errors import ValidationFailed
+from providers.models import Provider
+
+__all__ = ["provider_save"]
+
+
+@transaction.atomic
+def provider_save(
+    *,
+    name: str,
+    kind: str,
+    base_url: str = "",
+    api_key_env: str = "",
+    enabled: bool = True,
+) -> tuple[Provider, bool]:
+    """Create the provider ``name``, or change it if it exists. Returns it and whether it was
+    created. An ``openai`` provider needs its ``base_url``; ``api_key_env`` is the NAME of the
+    environment variable holding the key, never a key."""
+    provider = Provider.objects.select_for_update().filter(name=name).first()
+    created = provider is None
+    if provider is None:
+        provider = Provider(name=name)
+    provider.kind, provider.base_url = kind, base_url.rstrip("/")
+    provider.api_key_env, provider.enabled = api_key_env, enabled
+    provider_check(provider)
+    provider.save()
+    return provider, created
+
+
+def provider_check(provider: Provider) -> None:
+    """The row's fields, each checked (``ValidationFailed`` naming the first bad one)."""
+    try:
+        provider.full_clean(validate_unique=False)
+    except ValidationError as exc:
+        field, messages = next(iter(exc.message_dict.items()))
+        raise ValidationFailed(
+            f"{field}: {' '.join(messages)}", code="invalid_provider", detail={"field": field}
+        ) from None
+    if provider.kind == Provider.Kind.OPENAI and not provider.base_url:
+        raise ValidationFailed(
+            "base_url: an openai provider needs the URL of its API, e.g. "
+            "https://api.openai.com/v1 or http://127.0.0.1:11434/v1",
+            code="invalid_provider",
+            detail={"field": "base_url"},
+        )
+    if provider.api_key_env and provider.api_key_env.lower().startswith(("sk-", "sk_")):
+        raise ValidationFailed(
+            "api_key_env: give the NAME of the environment variable that holds the key "
+            "(e.g. OPENAI_API_KEY), never the key itself",
+            code="invalid_provider",
+            detail={"field": "api_key_env"},
+        )
