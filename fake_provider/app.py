@@ -4,6 +4,8 @@ served by uvicorn (``build_server``; ``python manage.py fake_anthropic``).
 Routes:
     POST /v1/messages        the Messages API, deterministic replies; with "stream": true as
                              server-sent events (streaming.py), faults inside the stream too
+    POST /openai/v1/chat/completions   the OpenAI-compatible API (openai_compat.py): the same
+                             replies, faults and scripts, in that API's words
     GET  /_fake/health       {"ok": true}
     GET  /_fake/stats        counters and the bill (see below)
     GET  /_fake/billing      every billed call: request id, Idempotency-Key, cost, how it ended
@@ -70,6 +72,7 @@ from typing import Any
 
 import uvicorn
 
+from .openai_compat import CHAT_COMPLETIONS_PATH, OPENAI_ONLY_FAULTS, chat_completions
 from .responses import (
     FAULT_ERRORS,
     GARBAGE_BODY,
@@ -194,6 +197,23 @@ class FakeAnthropicApp:
             return await self.plain_error(
                 send, ApiError(405, f"Method {method} not allowed for {path}")
             )
+        if path == CHAT_COMPLETIONS_PATH:
+            if method != "POST":
+                return await self.plain_error(
+                    send, ApiError(405, f"Method {method} not allowed for {path}")
+                )
+            key = dict(scope["headers"]).get(b"idempotency-key", b"").decode("latin-1")
+            self.state.call_started(key)
+            try:
+                try:
+                    body = await _read_body(receive)
+                except _TooLarge:
+                    return await self.plain_error(send, ApiError(413, "Request body too large"))
+                if body is None:
+                    return None
+                return await chat_completions(self.state, self.closing, scope, receive, send, body)
+            finally:
+                self.state.call_ended(key)
         routes = {
             ("GET", "/_fake/health"): lambda body: {"ok": True},
             ("GET", "/_fake/stats"): lambda body: self.state.stats(),
@@ -363,6 +383,8 @@ class FakeAnthropicApp:
             await asyncio.sleep(delay)
 
         fault = state.draw_fault() if step is None else step.fault
+        if fault in OPENAI_ONLY_FAULTS:
+            fault = None  # the OpenAI-compatible API's own fault: this API answers
         if not request.stream and fault in STREAM_FAULTS:
             # Without a stream: an overload is a 529, a stall a call never answered.
             fault = "529" if fault == "overloaded_midstream" else "timeout"

@@ -10,6 +10,7 @@ import json
 import math
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -249,8 +250,11 @@ def _is_script_turn(turn: Any) -> bool:
     )
 
 
-def parse_request(payload: Any) -> MessagesRequest:
-    """Validates a Messages API body like Anthropic does; raises ApiError (400 / 404)."""
+def parse_request(
+    payload: Any, prices: Callable[[str], Price | None] = price_for
+) -> MessagesRequest:
+    """Validates a Messages API body like Anthropic does; raises ApiError (400 / 404).
+    ``prices``: the price list of the API asked (the OpenAI-compatible one has its own)."""
     if not isinstance(payload, dict):
         raise _invalid("Request body must be a JSON object")
     for name in ("model", "max_tokens", "messages"):
@@ -331,7 +335,7 @@ def parse_request(payload: Any) -> MessagesRequest:
             f"Found {counter[0]}."
         )
 
-    price = price_for(model)
+    price = prices(model)
     if price is None:
         raise ApiError(404, f"model: {model}")
     if max_tokens > price.max_output_tokens:

@@ -64,7 +64,7 @@ CACHE_TTLS = {"5m": 300.0, "1h": 3600.0}
 FAULT_CODES = (
     "400", "401", "403", "404", "409", "413", "429", "500", "502", "503", "504", "529",
     "spendcap", "credit", "context", "usagelimit", "timeout", "drop", "garbage", "trickle",
-    "overloaded_midstream", "stall",
+    "overloaded_midstream", "stall", "insufficient_quota",
 )  # fmt: skip
 TRICKLE_INTERVAL_SECONDS = 1.0
 """A ``trickle`` answer sends one byte of its body this often: no read timeout ever fires."""
@@ -101,6 +101,20 @@ PRICES: dict[str, Price] = {
     "claude-haiku-4-5": _price("1/1.25/2/0.10/5", 64_000),
 }
 _DATED = re.compile(r"^(.*)-\d{8}$")
+
+
+# The OpenAI-compatible API's list (openai_compat.py); any other model it is asked for is a
+# self-hosted one, served at no cost (as an Ollama or vLLM would).
+OPENAI_PRICES: dict[str, Price] = {
+    "gpt-4o-mini": _price("0.15/0.15/0.15/0.075/0.60", 16_384),
+    "gpt-4.1": _price("2/2/2/0.50/8", 32_768),
+}
+SELF_HOSTED_PRICE = _price("0/0/0/0/0", 131_072)
+
+
+def openai_price_for(model: str) -> Price:
+    """The OpenAI-compatible API's price of a model: listed, or free (self-hosted)."""
+    return OPENAI_PRICES.get(model, SELF_HOSTED_PRICE)
 
 
 def price_for(model: str) -> Price | None:
