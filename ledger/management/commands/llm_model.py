@@ -30,9 +30,9 @@ class Command(BaseCommand):
         add = actions.add_parser("add", help="Price a model; its jobs run on --provider.")
         add.add_argument("model", metavar="MODEL", help="The model id, as jobs name it.")
         add.add_argument("--provider", required=True, metavar="NAME")
-        usd = "USD per million tokens (0 for a self-hosted model)"
-        add.add_argument("--input-price", required=True, type=usd, metavar="USD", help=usd)
-        add.add_argument("--output-price", required=True, type=usd, metavar="USD", help=usd)
+        price_help = "USD per million tokens (0 for a self-hosted model)"
+        add.add_argument("--input-price", required=True, type=usd, metavar="USD", help=price_help)
+        add.add_argument("--output-price", required=True, type=usd, metavar="USD", help=price_help)
         add.add_argument(
             "--cache-read-price",
             type=usd,

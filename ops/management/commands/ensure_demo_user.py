@@ -1,8 +1,16 @@
+from decimal import Decimal
+
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from keys.demo import demo_key_ensure
+from ledger.price_table import model_price_set
+from ledger.selectors import price_for_model
+from providers.services import provider_save
+
+DEMO_OPENAI_PROVIDER = "local-openai"
+DEMO_OPENAI_MODEL = "gpt-4o-mini"
 
 
 class Command(BaseCommand):
@@ -21,7 +29,33 @@ class Command(BaseCommand):
             user.set_password(settings.DEMO_PASSWORD)
             user.save()
         demo_key_ensure(user=user)
+        if not settings.ANTHROPIC_API_KEY:
+            self._demo_openai_provider()
         self.stdout.write(
             f"demo user {user.username} {'created' if created else 'ready'}; the login and API "
             "key follow once every process is up (again: make token)"
+        )
+
+    def _demo_openai_provider(self) -> None:
+        """With the fake provider standing in (no ANTHROPIC_API_KEY), an OpenAI-compatible
+        provider beside Claude: ``local-openai`` at the fake provider's OpenAI-compatible API and
+        its ``gpt-4o-mini``, at OpenAI's prices. A model priced elsewhere is left alone."""
+        provider_save(
+            name=DEMO_OPENAI_PROVIDER,
+            kind="openai",
+            base_url=f"{settings.FAKE_PROVIDER_URL.rstrip('/')}/openai/v1",
+        )
+        price = price_for_model(model=DEMO_OPENAI_MODEL)
+        if price is None or price.provider_name == DEMO_OPENAI_PROVIDER:
+            model_price_set(
+                model=DEMO_OPENAI_MODEL,
+                provider=DEMO_OPENAI_PROVIDER,
+                input_per_mtok=Decimal("0.15"),
+                output_per_mtok=Decimal("0.60"),
+                cache_read_per_mtok=Decimal("0.075"),
+                max_output_tokens=16_384,
+            )
+        self.stdout.write(
+            f"OpenAI-compatible demo: model {DEMO_OPENAI_MODEL} on provider "
+            f"{DEMO_OPENAI_PROVIDER} (the fake provider)"
         )
