@@ -30,7 +30,7 @@ class Provider(models.Model):
         help_text="How jobs, breakers, rate limits, metrics and the ledger name it, e.g. openai.",
     )
     kind = models.CharField(max_length=20, choices=Kind.choices)
-    base_url = models.URLField(
+    base_url = models.CharField(
         max_length=300,
         blank=True,
         help_text=(

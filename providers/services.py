@@ -1,5 +1,7 @@
 """Writes of the provider rows: ``manage.py llm_provider`` and the admin save through here."""
 
+from urllib.parse import urlsplit
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -41,6 +43,15 @@ def provider_check(provider: Provider) -> None:
         raise ValidationFailed(
             f"{field}: {' '.join(messages)}", code="invalid_provider", detail={"field": field}
         ) from None
+    url = urlsplit(provider.base_url)
+    if provider.base_url and (url.scheme not in ("http", "https") or not url.netloc):
+        # Not Django's URLValidator: a self-hosted server is often a bare host name
+        # (http://vllm:8000/v1 inside a compose network), which that refuses.
+        raise ValidationFailed(
+            f"base_url: {provider.base_url!r} is not an http:// or https:// URL",
+            code="invalid_provider",
+            detail={"field": "base_url"},
+        )
     if provider.kind == Provider.Kind.OPENAI and not provider.base_url:
         raise ValidationFailed(
             "base_url: an openai provider needs the URL of its API, e.g. "
