@@ -12,6 +12,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterator
 from decimal import Decimal
+from typing import Any
 
 import django_rq
 from django.utils import timezone
@@ -30,6 +31,7 @@ from rq import Worker
 from llmops.queues import QUEUE_NAMES
 from metrics.models import LATENCY_BUCKETS
 from metrics.selectors import counter_totals
+from providers.models import DEFAULT_PROVIDER
 
 __all__ = ["LlmCollector", "ProcessCollector", "llm_registry", "process_registry", "rq_registry"]
 
@@ -64,52 +66,82 @@ class LlmCollector(Collector):
         yield up
 
 
+def _providers_of_models() -> dict[str, str]:
+    """Each priced model's provider (its price in force): the ``provider`` label. A model
+    belongs to one provider, so the label splits nothing the counters keep apart."""
+    from ledger.models import ModelPrice
+
+    providers: dict[str, str] = {}
+    rows = ModelPrice.objects.filter(effective_from__lte=timezone.now()).order_by(
+        "model", "-effective_from"
+    )
+    for model, provider in rows.values_list("model", "provider_id"):
+        providers.setdefault(model, str(provider))
+    return providers
+
+
+def _with_provider(
+    values: dict[tuple[str, ...], Any], providers: dict[str, str]
+) -> dict[tuple[str, ...], Any]:
+    """Keys (feature, model, ...) with the model's provider appended."""
+    return {(*key, providers.get(key[1], DEFAULT_PROVIDER)): value for key, value in values.items()}
+
+
 def _counters() -> Iterator[Metric]:
     totals = counter_totals()
+    providers = _providers_of_models()
 
     yield _counter(
-        "llm_jobs", "Jobs that entered each status.", [*FEATURE_MODEL, "status"], totals.jobs
+        "llm_jobs",
+        "Jobs that entered each status.",
+        [*FEATURE_MODEL, "status", "provider"],
+        _with_provider(totals.jobs, providers),
     )
     yield _counter(
         "llm_attempts",
         "Provider attempts booked in the ledger, by outcome.",
-        [*FEATURE_MODEL, "outcome"],
-        totals.attempts,
+        [*FEATURE_MODEL, "outcome", "provider"],
+        _with_provider(totals.attempts, providers),
     )
     yield _counter(
         "llm_tokens",
         "Tokens booked in the ledger, by kind.",
-        [*FEATURE_MODEL, "kind"],
-        totals.tokens,
+        [*FEATURE_MODEL, "kind", "provider"],
+        _with_provider(totals.tokens, providers),
     )
 
     cost = CounterMetricFamily(
         "llm_cost_usd",
         "USD booked in the ledger (attempts, estimates of unknown outcomes, upward corrections).",
-        labels=FEATURE_MODEL,
+        labels=[*FEATURE_MODEL, "provider"],
     )
     credited = CounterMetricFamily(
         "llm_cost_usd_credited",
         "USD taken off by downward corrections; net spend = llm_cost_usd - this.",
-        labels=FEATURE_MODEL,
+        labels=[*FEATURE_MODEL, "provider"],
     )
     for key in sorted(set(totals.cost_usd) | set(totals.cost_credited_usd)):
-        cost.add_metric(list(key), float(totals.cost_usd.get(key, Decimal(0))))
-        credited.add_metric(list(key), float(totals.cost_credited_usd.get(key, Decimal(0))))
+        labels = [*key, providers.get(key[1], DEFAULT_PROVIDER)]
+        cost.add_metric(labels, float(totals.cost_usd.get(key, Decimal(0))))
+        credited.add_metric(labels, float(totals.cost_credited_usd.get(key, Decimal(0))))
     yield cost
     yield credited
 
     latency = HistogramMetricFamily(
         "llm_provider_latency_seconds",
         "Duration of provider calls (ledger attempts with a measured latency).",
-        labels=FEATURE_MODEL,
+        labels=[*FEATURE_MODEL, "provider"],
     )
     for key, per_bucket in sorted(totals.latency_buckets.items()):
         cumulative, buckets = 0, []
         for bound, count in zip([*LATENCY_BUCKETS, float("inf")], per_bucket, strict=True):
             cumulative += count
             buckets.append((_le(bound), cumulative))
-        latency.add_metric(list(key), buckets, sum_value=totals.latency_sum_ms[key] / 1000)
+        latency.add_metric(
+            [*key, providers.get(key[1], DEFAULT_PROVIDER)],
+            buckets,
+            sum_value=totals.latency_sum_ms[key] / 1000,
+        )
     yield latency
 
     yield _counter(

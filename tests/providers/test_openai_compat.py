@@ -7,12 +7,14 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from dlq.models import FailureRecord
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.reconciler import requeue_waiting_jobs
 from ledger.models import CostEntry
 from ledger.price_table import model_price_set
+from metrics.collector import llm_registry
 from providers.services import provider_save
 from tests.conftest import submit
 
@@ -128,6 +130,11 @@ def test_a_self_hosted_model_at_zero_prices_is_still_metered(
     (entry,) = CostEntry.objects.filter(job=job)
     assert entry.cost_usd == 0 and entry.provider == "local-openai"
     assert entry.input_tokens > 0 and entry.output_tokens > 0 and entry.latency_ms is not None
+    # Its metrics carry its provider's label.
+    exposition = generate_latest(llm_registry()).decode()
+    attempts = [line for line in exposition.splitlines() if line.startswith("llm_attempts_total{")]
+    assert any(f'model="{SELF_HOSTED}"' in line and 'provider="local-openai"' in line
+               for line in attempts)  # fmt: skip
 
 
 def test_insufficient_quota_holds_only_that_providers_jobs(
