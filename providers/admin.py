@@ -1,21 +1,40 @@
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
+from api.errors import ValidationFailed
 from providers.models import Provider
 from providers.services import provider_check
 
 
+class ProviderForm(forms.ModelForm):
+    class Meta:
+        model = Provider
+        fields = ["name", "kind", "base_url", "api_key_env", "enabled"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        if not self.errors:
+            for field, value in cleaned.items():
+                setattr(self.instance, field, value)
+            try:
+                provider_check(self.instance)  # the rules the command follows, in one place
+            except ValidationFailed as exc:
+                field = (exc.detail or {}).get("field")
+                raise forms.ValidationError(
+                    {field: exc.message} if field else exc.message
+                ) from None
+        return cleaned
+
+
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
+    form = ProviderForm
     list_display = ["name", "kind", "base_url", "api_key_env", "enabled", "updated_at"]
     list_filter = ["kind", "enabled"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # Breakers, rate limits, prices and the ledger name a provider: it keeps its name.
         return ["name"] if obj is not None else []
-
-    def save_model(self, request: HttpRequest, obj: Provider, form: Any, change: bool) -> None:
-        provider_check(obj)
-        super().save_model(request, obj, form, change)

@@ -26,6 +26,7 @@ from keys.testing import api_key_for
 from ledger.models import Budget, CostEntry, ModelPrice
 from pipelines.models import Pipeline
 from pipelines.services import pipeline_create
+from providers.models import Provider
 from ratelimits.models import RateLimit
 from tests.authorization_world import MARK, World, waiting_agent_run
 
@@ -192,6 +193,10 @@ ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
         _gone(BatchItem),
     ),
     ("pipelines.Pipeline", "delete_selected"): (_pipeline, _gone(Pipeline)),
+    ("providers.Provider", "delete_selected"): (
+        lambda world: Provider.objects.create(name=_name(), kind="openai", base_url="http://h/v1"),
+        _gone(Provider),
+    ),
     ("ratelimits.RateLimit", "delete_selected"): (
         lambda world: RateLimit.objects.create(model=_name(), rpm=10),
         _gone(RateLimit),

@@ -49,6 +49,7 @@ from keys.testing import api_key_for
 from ledger.models import Budget, CostEntry, ModelPrice
 from llmops.queues import DEFAULT_QUEUE
 from pipelines.services import pipeline_create
+from providers.models import Provider
 from ratelimits.models import RateLimit
 from tests.conftest import seed_prices
 
@@ -175,6 +176,9 @@ def build_world() -> World:
     )
     heartbeat = LoopHeartbeat.objects.create(name=MARK, interval_seconds=5)
     rate_limit = RateLimit.objects.create(model=f"{MARK}-model", rpm=10)
+    provider = Provider.objects.create(
+        name=f"{MARK}-provider", kind="openai", base_url="http://h/v1"
+    )
     victim_price = ModelPrice.objects.create(
         model=f"{MARK}-model",
         effective_from=timezone.now() + timedelta(days=365),
@@ -211,6 +215,7 @@ def build_world() -> World:
         "bulk": bulk,
         "heartbeat": heartbeat,
         "rate_limit": rate_limit,
+        "provider": provider,
         "price": victim_price,
         "group": group,
         "batch": batch,
@@ -234,6 +239,7 @@ def build_world() -> World:
         "bulk": str(bulk.id),
         "heartbeat": str(heartbeat.id),
         "rate_limit": str(rate_limit.id),
+        "provider": str(provider.id),
         "price": str(victim_price.id),
         "group": str(group.id),
         "batch": str(batch.id),

@@ -31,6 +31,7 @@ from llmops.queues import RUN_LLM_JOB_TASK
 
 ROOT = Path(__file__).resolve().parent.parent
 seed_prices = importlib.import_module("ledger.migrations.0002_seed_claude_prices")
+seed_providers = importlib.import_module("providers.migrations.0001_initial")
 
 
 def _free_port() -> int:
@@ -183,6 +184,7 @@ def seeded_prices(request: pytest.FixtureRequest) -> None:
     from ledger.models import ModelPrice
 
     if not ModelPrice.objects.exists():
+        seed_providers.seed(apps, None)
         seed_prices.seed(apps, None)
 
 
@@ -191,6 +193,7 @@ def prices(django_db_blocker: Any) -> None:
     """Transactional tests flush the tables, data-migration rows included: seed them again."""
     from django.apps import apps
 
+    seed_providers.seed(apps, None)
     seed_prices.seed(apps, None)
 
 
