@@ -22,9 +22,9 @@ class ProviderForm(forms.ModelForm):
             try:
                 provider_check(self.instance)  # the rules the command follows, in one place
             except ValidationFailed as exc:
-                field = (exc.detail or {}).get("field")
+                name = (exc.detail or {}).get("field")
                 raise forms.ValidationError(
-                    {field: exc.message} if field else exc.message
+                    {name: exc.message} if name else exc.message
                 ) from None
         return cleaned
 

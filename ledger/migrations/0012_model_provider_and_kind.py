@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0010_web_search_fees'),
+        ('ledger', '0011_api_key_on_ledger_rows_and_key_budgets'),
         ('providers', '0001_initial'),
     ]
 
