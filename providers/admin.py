@@ -23,9 +23,7 @@ class ProviderForm(forms.ModelForm):
                 provider_check(self.instance)  # the rules the command follows, in one place
             except ValidationFailed as exc:
                 name = (exc.detail or {}).get("field")
-                raise forms.ValidationError(
-                    {name: exc.message} if name else exc.message
-                ) from None
+                raise forms.ValidationError({name: exc.message} if name else exc.message) from None
         return cleaned
 
 
