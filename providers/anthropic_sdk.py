@@ -35,15 +35,22 @@ logger = logging.getLogger(__name__)
 FAKE_PROVIDER_KEY = "fake-local-key"
 
 
-@functools.lru_cache(maxsize=8)
 def get_client(
     base_url: str, read_timeout: float, connect_timeout: float, api_key: str | None = None
 ) -> anthropic.Anthropic:
     """The SDK client of one base URL and key (None: ``ANTHROPIC_API_KEY``; without one, the
-    fake provider's key)."""
+    fake provider's key), built once. The key is resolved before the cache is asked, so the
+    warm-up's client (no key argument) is the one the calls use (None passed)."""
     key = settings.ANTHROPIC_API_KEY if api_key is None else api_key
+    return _client(base_url, read_timeout, connect_timeout, key or FAKE_PROVIDER_KEY)
+
+
+@functools.lru_cache(maxsize=8)
+def _client(
+    base_url: str, read_timeout: float, connect_timeout: float, key: str
+) -> anthropic.Anthropic:
     client = anthropic.Anthropic(
-        api_key=key or FAKE_PROVIDER_KEY,
+        api_key=key,
         base_url=base_url,
         max_retries=0,
         timeout=anthropic.Timeout(read_timeout, connect=connect_timeout),

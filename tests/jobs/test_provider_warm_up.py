@@ -57,16 +57,23 @@ def test_a_call_after_warm_up_builds_no_parser_and_loads_no_module(fake_provider
         from providers.base import ProviderRequest
         from providers.registry import get_provider
 
+        from providers.anthropic_sdk import _client
+
         get_provider().warm_up()
         adapters = models._CachedTypeAdapter.cache_info().misses
+        clients = _client.cache_info().misses
         modules = set(sys.modules)
         {call}
         print("new adapters:", models._CachedTypeAdapter.cache_info().misses - adapters)
+        print("new clients:", _client.cache_info().misses - clients)
         print("new modules:", sorted(set(sys.modules) - modules))
         """,
         ANTHROPIC_BASE_URL=fake_provider.url,
     )
     assert "new adapters: 0\n" in out, out
+    # The call uses the client the warm-up built (a second one costs its TLS context, tens of
+    # ms after the limiter stamped the call as sent: the provider saw two calls too close).
+    assert "new clients: 0\n" in out, out
     assert "new modules: []\n" in out, out
 
 
