@@ -5,7 +5,12 @@ nothing here: pytest-django gives each worker its own test database (``test_<nam
 
 Processes the tests start inherit the worker's ``REDIS_URL`` from the environment."""
 
+import fcntl
 import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -29,4 +34,41 @@ def pytest_collection_modifyitems(items: list) -> None:  # type: ignore[type-arg
     one order). After pytest-django's own sort (transactional tests last): most slow tests are
     transactional, and their flush empties what data migrations seeded (the prices), which
     tests/conftest.py ``seeded_prices`` puts back for the tests after them."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    items.sort(key=_order)
+
+
+def _order(item: pytest.Item) -> int:
+    """Slow tests first (above), tests marked ``quiet`` last: each of those has the machine to
+    itself (below), and at the end of the run no long test is left for it to wait behind."""
+    if item.get_closest_marker("slow") is not None:
+        return 0
+    return 2 if item.get_closest_marker("quiet") is not None else 1
+
+
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
+
+
+@contextmanager
+def _machine_share(alone: bool) -> Iterator[None]:
+    """A test of this run holds the machine shared; a ``quiet`` one holds it alone, so that
+    the other workers' tests do not add their CPU load to the timing it measures (the spacing of
+    calls as a provider counts their arrivals: on 2 cores, 5 workers' tests stretch the send
+    jitter past what the assertion allows). The gate makes a quiet test first in line: while it
+    waits for the running tests to end, no new test starts."""
+    folder = Path(tempfile.gettempdir()) / f"llmops-tests-{_RUN}"
+    folder.mkdir(exist_ok=True)
+    with (folder / "gate").open("a") as gate, (folder / "machine").open("a") as machine:
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield  # (closing the files releases what is held)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if not _RUN:  # one process: nothing else runs beside a test
+        yield
+        return
+    with _machine_share(item.get_closest_marker("quiet") is not None):
+        yield

@@ -26,7 +26,11 @@ from tests.conftest import submit
 from tests.jobs.test_takeover import wait_for
 from tests.ratelimits.conftest import llm_worker_env, reserve
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("prices"),
+    pytest.mark.quiet,  # the pace as the provider counts arrivals: no other test's load beside
+]
 
 WINDOW = 3.0
 
