@@ -26,6 +26,7 @@ from providers.base import (
 )
 from providers.call_deadline import CallDeadline, install
 from providers.ratelimit_headers import rate_limit_headers, retry_after_seconds
+from providers.transport import transport_failure
 
 __all__ = ["call", "get_client", "warm_up"]
 
@@ -201,35 +202,13 @@ def _usage(usage: Any) -> dict[str, int]:
 def _transport_failure(
     exc: BaseException, started: float, deadline: CallDeadline | None = None
 ) -> ProviderOutcome:
-    """Tell a request that never left (safe) from one whose outcome is unknown (maybe billed)."""
-    cause = exc.__cause__ if isinstance(exc, anthropic.APIConnectionError) else exc
-    latency = int((time.monotonic() - started) * 1000)
-    if isinstance(cause, (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)):
-        return ProviderOutcome("connection_error", latency, message=f"{type(cause).__name__}")
-    if deadline is not None and (deadline.passed() or deadline.was_cut):
-        # Booked as a read timeout (unknown outcome, upper bound), with its own message.
-        return ProviderOutcome(
-            "read_timeout",
-            latency,
-            message=(
-                f"Deadline exceeded: the call was cut off after {latency / 1000:.1f} s (its "
-                f"deadline: {deadline.seconds:g} s) while the provider was still sending: "
-                "outcome unknown"
-            ),
-        )
-    if isinstance(exc, anthropic.APITimeoutError) or isinstance(cause, httpx2.TimeoutException):
-        return ProviderOutcome(
-            "read_timeout",
-            latency,
-            message=(
-                "Stream stalled: nothing (not even a ping) for "
-                f"{settings.LLM_STREAM_IDLE_SECONDS:g} s (LLM_STREAM_IDLE_SECONDS): outcome unknown"
-            ),
-        )
-    return ProviderOutcome(
-        "connection_dropped",
-        latency,
-        message=f"Connection lost mid-request ({type(cause).__name__}): outcome unknown",
+    return transport_failure(
+        exc,
+        started,
+        deadline,
+        connection_error=anthropic.APIConnectionError,
+        timeout_error=anthropic.APITimeoutError,
+        stall="nothing (not even a ping)",
     )
 
 

@@ -26,6 +26,7 @@ from providers.openai_translate import (
     usage_of,
 )
 from providers.ratelimit_headers import rate_limit_headers, retry_after_seconds
+from providers.transport import transport_failure
 
 __all__ = ["call", "get_client"]
 
@@ -229,36 +230,15 @@ def _stream_error_outcome(
 
 
 def _transport_failure(
-    exc: BaseException, started: float, deadline: CallDeadline | None
+    exc: BaseException, started: float, deadline: CallDeadline | None = None
 ) -> ProviderOutcome:
-    """Tell a request that never left (safe) from one whose outcome is unknown (maybe billed)."""
-    cause = exc.__cause__ if isinstance(exc, openai.APIConnectionError) else exc
-    latency = int((time.monotonic() - started) * 1000)
-    if isinstance(cause, (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)):
-        return ProviderOutcome("connection_error", latency, message=f"{type(cause).__name__}")
-    if deadline is not None and (deadline.passed() or deadline.was_cut):
-        return ProviderOutcome(
-            "read_timeout",
-            latency,
-            message=(
-                f"Deadline exceeded: the call was cut off after {latency / 1000:.1f} s (its "
-                f"deadline: {deadline.seconds:g} s) while the provider was still sending: "
-                "outcome unknown"
-            ),
-        )
-    if isinstance(exc, openai.APITimeoutError) or isinstance(cause, httpx2.TimeoutException):
-        return ProviderOutcome(
-            "read_timeout",
-            latency,
-            message=(
-                f"Stream stalled: nothing for {settings.LLM_STREAM_IDLE_SECONDS:g} s "
-                "(LLM_STREAM_IDLE_SECONDS): outcome unknown"
-            ),
-        )
-    return ProviderOutcome(
-        "connection_dropped",
-        latency,
-        message=f"Connection lost mid-request ({type(cause).__name__}): outcome unknown",
+    return transport_failure(
+        exc,
+        started,
+        deadline,
+        connection_error=openai.APIConnectionError,
+        timeout_error=openai.APITimeoutError,
+        stall="nothing",
     )
 
 
