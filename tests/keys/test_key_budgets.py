@@ -8,7 +8,6 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import close_old_connections, connection
 from rest_framework.test import APIClient
 
 from jobs.models import LlmJob
@@ -18,6 +17,7 @@ from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry
 from ledger.services import job_upper_bound_cost
 from tests.conftest import job_body
 from tests.ledger.test_budgets import run_concurrently
+from tests.threads import in_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
@@ -27,27 +27,14 @@ BODY = job_body(feature="nightly-digest", max_tokens=16)
 
 def _submit_at_once(secret: str, count: int) -> list[Any]:
     """``count`` threads, each its own client and database connection, submit at once."""
-    start = threading.Barrier(count)
     answers: list[Any] = []
-    errors: list[BaseException] = []
 
-    def submit() -> None:
-        try:
-            api = APIClient(HTTP_AUTHORIZATION=f"Bearer {secret}")
-            start.wait()
-            answers.append(api.post("/api/v1/jobs/", BODY, format="json"))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
+    def submit(start: threading.Barrier) -> None:
+        api = APIClient(HTTP_AUTHORIZATION=f"Bearer {secret}")
+        start.wait()
+        answers.append(api.post("/api/v1/jobs/", BODY, format="json"))
 
-    threads = [threading.Thread(target=submit) for _ in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    close_old_connections()
-    assert not errors, errors
+    in_threads(count, submit, timeout=60)
     return answers
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import django_rq
 import pytest
-from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from alerts.models import Alert
@@ -26,6 +25,7 @@ from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry
 from ledger.services import job_upper_bound_cost
 from llmops.queues import LLM_QUEUE
 from tests.conftest import job_body, submit
+from tests.threads import in_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
@@ -61,32 +61,19 @@ def run_concurrently(job_ids: list[str], workers: int) -> None:
     queue = django_rq.get_queue(LLM_QUEUE)
     pending = list(job_ids)
     lock = threading.Lock()
-    start = threading.Barrier(workers)
-    errors: list[BaseException] = []
 
-    def work() -> None:
-        try:
-            start.wait()
-            while True:
-                with lock:
-                    if not pending:
-                        return
-                    job_id = pending.pop()
-                row = LlmJob.objects.get(id=job_id)
-                queue.remove(row.rq_job_id)
-                job_run(job_id=job_id, rq_job_id=row.rq_job_id)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
+    def work(start: threading.Barrier) -> None:
+        start.wait()
+        while True:
+            with lock:
+                if not pending:
+                    return
+                job_id = pending.pop()
+            row = LlmJob.objects.get(id=job_id)
+            queue.remove(row.rq_job_id)
+            job_run(job_id=job_id, rq_job_id=row.rq_job_id)
 
-    threads = [threading.Thread(target=work) for _ in range(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    close_old_connections()
-    assert not errors, errors
+    in_threads(workers, work, timeout=120)
 
 
 def test_twenty_concurrent_workers_never_push_settled_spend_past_a_hard_limit(
