@@ -10,7 +10,7 @@ account is fixed. Closing enqueues the held jobs at once.
 """
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from django.conf import settings
@@ -108,12 +108,30 @@ def _probe_period() -> timedelta:
 
 
 def breaker_open(
-    *, reason_code: str, message: str, job: "LlmJob | None" = None, provider: str = PROVIDER
+    *,
+    reason_code: str,
+    message: str,
+    job: "LlmJob | None" = None,
+    provider: str = PROVIDER,
+    answered_at: datetime | None = None,
 ) -> bool:
-    """Open the breaker (inside the caller's transaction). Returns whether it opened now."""
+    """Open the breaker (inside the caller's transaction). Returns whether it opened now.
+
+    ``answered_at``: when the provider gave the failing answer. One given before the breaker was
+    last closed does not open it again: closing says the account is fixed from then on, and a
+    401 that was already in the worker's hands (its recording lagged behind the close) says
+    nothing about the key now; the next call does. Its job dead-letters all the same."""
     ProviderBreaker.objects.get_or_create(provider=provider)
     breaker = ProviderBreaker.objects.select_for_update().get(provider=provider)
     if breaker.is_open:
+        return False
+    closed_at = breaker.closed_at
+    if answered_at is not None and closed_at is not None and answered_at < closed_at:
+        logger.warning(
+            "provider %s: %s answered before the breaker was closed; it stays closed",
+            provider,
+            reason_code,
+        )
         return False
     now = timezone.now()
     breaker.state = ProviderBreaker.State.OPEN

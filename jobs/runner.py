@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -388,6 +389,7 @@ def _call_and_record(
             # The call is over (answered, failed or cut off at its deadline): the claim
             # holds while its result is recorded, and no longer.
             heartbeat.hold_until(record.until())
+        answered_at = timezone.now()
         if grant is not None:
             rate_limit_settle(grant, outcome)
         bind_log_context(provider_request_id=outcome.request_id)
@@ -420,7 +422,9 @@ def _call_and_record(
         else:
             _persist(
                 lambda: job_attempt_failed(
-                    job_id=job.id, attempt=job.attempts, failure=failure_from_outcome(outcome)
+                    job_id=job.id,
+                    attempt=job.attempts,
+                    failure=failure_from_outcome(outcome, answered_at=answered_at),
                 ),
                 until=record.until(),
             )
@@ -506,7 +510,9 @@ def _cancelled(outcome: ProviderOutcome) -> CancelledResult:
     )
 
 
-def failure_from_outcome(outcome: ProviderOutcome) -> AttemptFailure:
+def failure_from_outcome(
+    outcome: ProviderOutcome, *, answered_at: datetime | None = None
+) -> AttemptFailure:
     """Classify a failed call and say what the ledger books for it."""
     if outcome.kind == "error_response":
         ledger_outcome = CostEntry.Outcome.ERROR_RESPONSE
@@ -534,4 +540,5 @@ def failure_from_outcome(outcome: ProviderOutcome) -> AttemptFailure:
             output_tokens_bound=outcome.output_tokens_bound,
         ),
         retry_after=outcome.retry_after,
+        answered_at=answered_at,
     )

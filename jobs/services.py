@@ -115,6 +115,9 @@ class AttemptFailure:
     classification: Classification
     record: AttemptRecord
     retry_after: float | None = None
+    answered_at: datetime | None = None
+    """When the provider's answer came (wall clock), if it came: an account-wide failure answered
+    before the breaker was last closed is old news and does not open it again."""
 
 
 # --- Enqueueing ---------------------------------------------------------------------------------
@@ -515,6 +518,7 @@ def _end_failed_attempt(job: LlmJob, failure: AttemptFailure, *, via: Transition
             message=failure.record.message,
             job=job,
             provider=provider_name_for_model(model=job.model),
+            answered_at=failure.answered_at,
         )
     return _dead_letter(
         job,

@@ -12,9 +12,12 @@ from rest_framework.test import APIClient
 
 from alerts.models import Alert
 from dlq.models import FailureRecord
-from jobs.breaker import breaker_gate
+from jobs.breaker import breaker_close, breaker_gate
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.reconciler import reconcile_jobs
+from jobs.runner import failure_from_outcome
+from jobs.services import job_attempt_failed, job_claim
+from providers.base import ProviderOutcome
 from tests.alerts import conftest as alert_fixtures
 from tests.alerts.conftest import ROUTING_KEY
 from tests.conftest import make_user, submit
@@ -125,6 +128,47 @@ def test_closing_the_breaker_from_the_admin_runs_the_held_jobs_at_once(
     assert statuses.count("completed") == BACKLOG - 1 and statuses.count("failed") == 1
     assert fake_provider.stats()["requests"] == BACKLOG - 1
     assert LlmJob.objects.filter(status="completed", attempts=1).count() == BACKLOG - 1
+
+
+def test_a_401_answered_before_staff_closed_the_breaker_does_not_open_it_again(
+    alice_client, workers, fake_provider
+):
+    """The race the chaos drill met on a loaded machine: a worker held a 401 answered under the
+    old key, staff fixed the key and closed the breaker, and only then was the 401 recorded.
+    It dead-letters its own job; the breaker stays closed for the jobs the close let go. A 401
+    answered after the close opens it again."""
+    storm(alice_client, workers, fake_provider, "401", 2)
+    fake_provider.reset()
+    answered_before = timezone.now()
+    assert breaker_close(reason="key fixed")
+    late, fresh = submit(alice_client), submit(alice_client)
+    for job in (late, fresh):
+        job_claim(job_id=str(job.id))
+    denied = ProviderOutcome(
+        kind="error_response",
+        latency_ms=300,
+        http_status=401,
+        error_type="authentication_error",
+        message="invalid x-api-key",
+    )
+
+    job_attempt_failed(
+        job_id=late.id,
+        attempt=1,
+        failure=failure_from_outcome(denied, answered_at=answered_before),
+    )
+    late.refresh_from_db()
+    assert late.status == "failed" and late.error_code == "authentication_failed"
+    assert FailureRecord.objects.filter(job=late).exists()
+    assert not the_breaker().is_open
+
+    job_attempt_failed(
+        job_id=fresh.id,
+        attempt=1,
+        failure=failure_from_outcome(denied, answered_at=timezone.now()),
+    )
+    breaker = the_breaker()
+    assert breaker.is_open and breaker.opened_by_job_id == fresh.id
 
 
 def test_staff_without_the_permission_cannot_close_the_breaker(
