@@ -4,7 +4,8 @@
 Every manage.py command that runs system checks stops on an error (``rqworker``, the loop
 commands, ``migrate``, ``runserver``, ``check``); the web server runs them before it starts any
 worker (``llmops/web.py``). A check module stays pure (settings and pure helpers, no models), so
-that the web server runs it without setting Django up.
+that the web server runs it without setting Django up (the agent tools' check, which imports
+the tool modules, sets it up: ``check_agent_tools``).
 """
 
 from collections.abc import Iterable
@@ -14,7 +15,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, run_checks
 from django.core.management.base import SystemCheckError
 
-__all__ = ["SETTINGS", "check_settings", "errors"]
+__all__ = ["SETTINGS", "check_agent_tools", "check_settings", "errors"]
 
 SETTINGS = "settings"
 """The tag of the settings checks: ``manage.py check --tag settings`` runs them alone."""
@@ -30,5 +31,17 @@ def check_settings() -> None:
         if (settings.BASE_DIR / app / "checks.py").is_file():
             import_module(f"{app}.checks")
     serious = [message for message in run_checks(tags=[SETTINGS]) if message.is_serious()]
+    if serious:
+        raise SystemCheckError("\n".join(str(message) for message in serious))
+
+
+def check_agent_tools() -> None:
+    """The agent tools' check (agents.E001): their modules are imported as the apps load, so this
+    one sets Django up (about a second) before the web server starts a worker; a bad tool module
+    stops the web server as it stops every manage.py command."""
+    import django
+
+    django.setup()
+    serious = [message for message in run_checks(tags=["agents"]) if message.is_serious()]
     if serious:
         raise SystemCheckError("\n".join(str(message) for message in serious))

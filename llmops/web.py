@@ -108,10 +108,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     from django.conf import settings
     from django.core.management.base import SystemCheckError
 
-    from llmops.checks import check_settings
+    from llmops.checks import check_agent_tools, check_settings
 
     try:
         check_settings()
+        check_agent_tools()
     except SystemCheckError as exc:
         sys.exit(f"SystemCheckError: {exc}")
 

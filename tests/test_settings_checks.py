@@ -40,3 +40,12 @@ def test_a_worker_and_a_loop_refuse_to_start_on_a_bad_value():
         assert "(jobs.E001) LLM_STREAM_IDLE_SECONDS must stay below LLM_JOB_TIMEOUT" in (
             result.stderr
         )
+
+
+def test_the_web_server_refuses_to_start_on_a_bad_agent_tool_module():
+    result = run_python(
+        ["-m", "llmops.web", "--port", "1"], {"LLM_AGENT_TOOL_MODULES": "tools_that_do_not.exist"}
+    )
+
+    assert result.returncode == 1, result.stderr
+    assert "(agents.E001)" in result.stderr and "tools_that_do_not.exist" in result.stderr
