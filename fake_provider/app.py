@@ -6,6 +6,8 @@ Routes:
                              server-sent events (streaming.py), faults inside the stream too
     POST /openai/v1/chat/completions   the OpenAI-compatible API (openai_compat.py): the same
                              replies, faults and scripts, in that API's words
+    POST /openai/v1/embeddings   deterministic unit vectors, float or base64
+                             (openai_embeddings.py), with the same faults and scripts
     GET  /_fake/health       {"ok": true}
     GET  /_fake/stats        counters and the bill (see below)
     GET  /_fake/billing      every billed call: request id, Idempotency-Key, cost, how it ended
@@ -73,6 +75,7 @@ from typing import Any
 import uvicorn
 
 from .openai_compat import CHAT_COMPLETIONS_PATH, OPENAI_ONLY_FAULTS, chat_completions
+from .openai_embeddings import EMBEDDINGS_PATH, embeddings
 from .responses import (
     FAULT_ERRORS,
     GARBAGE_BODY,
@@ -197,7 +200,7 @@ class FakeAnthropicApp:
             return await self.plain_error(
                 send, ApiError(405, f"Method {method} not allowed for {path}")
             )
-        if path == CHAT_COMPLETIONS_PATH:
+        if path in (CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH):
             if method != "POST":
                 return await self.plain_error(
                     send, ApiError(405, f"Method {method} not allowed for {path}")
@@ -211,7 +214,8 @@ class FakeAnthropicApp:
                     return await self.plain_error(send, ApiError(413, "Request body too large"))
                 if body is None:
                     return None
-                return await chat_completions(self.state, self.closing, scope, receive, send, body)
+                answer = chat_completions if path == CHAT_COMPLETIONS_PATH else embeddings
+                return await answer(self.state, self.closing, scope, receive, send, body)
             finally:
                 self.state.call_ended(key)
         routes = {

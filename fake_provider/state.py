@@ -108,6 +108,8 @@ _DATED = re.compile(r"^(.*)-\d{8}$")
 OPENAI_PRICES: dict[str, Price] = {
     "gpt-4o-mini": _price("0.15/0.15/0.15/0.075/0.60", 16_384),
     "gpt-4.1": _price("2/2/2/0.50/8", 32_768),
+    "text-embedding-3-small": _price("0.02/0.02/0.02/0.02/0", 1),
+    "text-embedding-3-large": _price("0.13/0.13/0.13/0.13/0", 1),
 }
 SELF_HOSTED_PRICE = _price("0/0/0/0/0", 131_072)
 
@@ -437,6 +439,7 @@ class FakeProviderState:
         self.by_status: dict[str, int] = {}
         self.dropped = 0
         self.timed_out = 0
+        self.embedded_inputs = 0
         self.billed = dict.fromkeys(_TOKEN_FIELDS, 0)
         self.cost = Decimal(0)
         # One entry per billed call: (request id, Idempotency-Key, cost, how it ended).
@@ -624,6 +627,12 @@ class FakeProviderState:
             return
         self.by_status[str(status)] = self.by_status.get(str(status), 0) + 1
 
+    def count_embedded(self, inputs: int, epoch: int | None = None) -> None:
+        """Texts an embeddings call embedded (and billed)."""
+        if epoch is not None and epoch != self.epoch:
+            return
+        self.embedded_inputs += inputs
+
     def count_dropped(self, epoch: int | None = None) -> None:
         if epoch is not None and epoch != self.epoch:
             return
@@ -698,6 +707,7 @@ class FakeProviderState:
             "by_status": dict(sorted(self.by_status.items())),
             "dropped": self.dropped,
             "timed_out": self.timed_out,
+            "embedded_inputs": self.embedded_inputs,
             "in_flight": self.in_flight,
             "peak_in_flight": self.peak_in_flight,
             "billed": {**self.billed, "cost_usd": format(self.cost.normalize(), "f")},

@@ -17,15 +17,21 @@ from providers.selectors import provider_row
 __all__ = ["check_against_price_table", "check_budgets_not_spent", "idempotency_key_hash"]
 
 
-def check_against_price_table(*, model: str, max_tokens: int) -> None:
-    """A model must have a price, and ``max_tokens`` must fit the model's own output limit (kept
-    beside its price): every call streams, so no call-length ceiling applies below it."""
+def check_against_price_table(*, model: str, max_tokens: int, kind: str = "chat") -> None:
+    """A model must have a price and be of the job's kind (chat, or embedding), and
+    ``max_tokens`` must fit the model's own output limit (kept beside its price): every call
+    streams, so no call-length ceiling applies below it."""
     price = price_for_model(model=model)
     if price is None:
         raise unknown_model_error(model)
-    if price.kind != ModelPrice.Kind.CHAT:
+    if price.kind != kind:
+        needs = (
+            "an embeddings request needs an embedding model"
+            if kind == "embedding"
+            else ("a job needs a chat model (embeddings go to POST /api/v1/embeddings/)")
+        )
         raise ValidationFailed(
-            f"{model} is an {price.kind} model: a job needs a chat model.",
+            f"{model} is a {price.kind} model: {needs}.",
             code="invalid_model",
             detail={"field": "model", "kind": price.kind},
         )
@@ -37,7 +43,7 @@ def check_against_price_table(*, model: str, max_tokens: int) -> None:
             detail={"field": "model", "provider": provider.name},
         )
     maximum = price.max_output_tokens
-    if max_tokens > maximum:
+    if kind == ModelPrice.Kind.CHAT and max_tokens > maximum:
         raise ValidationFailed(
             f"max_tokens must be between 1 and {maximum} for {model}.",
             code="invalid_max_tokens",

@@ -68,6 +68,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "status",
             "feature",
             "model",
+            "kind",
             "concurrency_key",
             "attempts",
             "created_at",

@@ -25,9 +25,13 @@ class LlmJob(models.Model):
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Cancelled"
 
+    class Kind(models.TextChoices):
+        CHAT = "chat", "Chat (Messages)"
+        EMBEDDING = "embedding", "Embedding"
+
     FINAL_STATUSES = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
     WAITING_STATUSES = (Status.QUEUED, Status.RETRYING)
-    REQUEST_FIELDS = ("messages", "system", "metadata")
+    REQUEST_FIELDS = ("messages", "system", "metadata", "input")
     """The large columns of the request, which lists that do not show them leave unread."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -42,6 +46,12 @@ class LlmJob(models.Model):
     )
     feature = models.SlugField(max_length=64)
     model = models.CharField(max_length=100)
+    kind = models.CharField(
+        max_length=10,
+        choices=Kind.choices,
+        default=Kind.CHAT,
+        help_text="chat: a Messages-style call; embedding: the vectors of ``input``.",
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
 
     # The request, as the provider will receive it.
@@ -57,7 +67,12 @@ class LlmJob(models.Model):
         ),
     )
     system = models.JSONField(null=True, blank=True)
-    max_tokens = models.PositiveIntegerField()
+    input = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="An embedding job's texts, in order (its vectors are kept in embeddings/).",
+    )
+    max_tokens = models.PositiveIntegerField(help_text="0 for an embedding job: no output.")
     temperature = models.FloatField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     params = models.JSONField(
@@ -170,9 +185,20 @@ class LlmJob(models.Model):
         return int((self.completed_at - self.started_at).total_seconds() * 1000)
 
     @property
+    def is_embedding(self) -> bool:
+        return self.kind == self.Kind.EMBEDDING
+
+    @property
     def request_messages(self) -> list:
         """The messages sent for this job: its own, or those its ``messages_ref`` points at
-        (rebuilt once per instance, and checked against the digest taken at submit)."""
+        (rebuilt once per instance, and checked against the digest taken at submit).
+
+        An embedding job's inputs read as one user turn of text blocks: what the estimates of
+        an attempt's input (budgets, the limiter, the ledger's bounds) count, in one form."""
+        if self.is_embedding:
+            return [
+                {"role": "user", "content": [{"type": "text", "text": t} for t in self.input or []]}
+            ]
         if self.messages_ref is None:
             return self.messages
         cached = getattr(self, "_resolved_messages", None)
@@ -183,7 +209,10 @@ class LlmJob(models.Model):
         return cached
 
     def provider_request(self) -> dict:
-        """The Messages API body sent for this job."""
+        """The Messages API body sent for this job; for an embedding job, the Embeddings API's
+        (``model``, ``input``, and ``dimensions`` when asked)."""
+        if self.is_embedding:
+            return {"model": self.model, "input": list(self.input or []), **(self.params or {})}
         body: dict = {
             "model": self.model,
             "max_tokens": self.max_tokens,

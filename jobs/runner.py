@@ -382,6 +382,7 @@ def _call_and_record(
                     read_timeout=provider.read_timeout_for(job.max_tokens),
                     deadline=deadline,
                     on_text=live,
+                    kind=job.kind,
                 )
             )
         finally:
@@ -413,6 +414,7 @@ def _call_and_record(
                         http_status=outcome.http_status,
                         request_id=outcome.request_id,
                         latency_ms=outcome.latency_ms,
+                        embeddings=outcome.embeddings,
                     ),
                 ),
                 until=record.until(),

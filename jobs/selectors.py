@@ -74,7 +74,8 @@ def job_for_run(*, job_id: str, rq_job_id: str | None) -> LlmJob | None:
 def job_output(job: LlmJob, *, partial: bool = False) -> dict[str, Any] | None:
     """A job's ``output`` as the API shows it: the text, the stop reason, and every content
     block (a job completed before blocks were kept shows its text as one block). With
-    ``partial``, a running job shows the text its attempt has streamed so far (from Redis)."""
+    ``partial``, a running job shows the text its attempt has streamed so far (from Redis), and
+    an embedding job its vectors (embeddings/selectors.py)."""
     if partial and job.status == LlmJob.Status.RUNNING:
         from jobs.live_output import running_text
 
@@ -82,6 +83,11 @@ def job_output(job: LlmJob, *, partial: bool = False) -> dict[str, Any] | None:
         return {"text": None, "stop_reason": None, "content": [], "partial_text": text}
     if job.output_text is None:
         return None
+    if job.is_embedding:
+        from embeddings.selectors import embedding_output
+
+        # One job's view (the detail, ``partial``) shows its vectors; a list, their shape.
+        return embedding_output(job, vectors=partial)
     return {
         "text": job.output_text,
         "stop_reason": job.stop_reason or None,

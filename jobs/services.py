@@ -32,6 +32,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from api.errors import Conflict
+from embeddings.storage import vectors_store
 from jobs import breaker, message_refs
 from jobs.admission import (
     check_against_price_table,
@@ -91,6 +92,8 @@ class SuccessResult:
     latency_ms: int
     content: list[dict[str, Any]] | None = None
     """Every content block of the answer (text, thinking, tool_use, ...)."""
+    embeddings: list[bytes] | None = None
+    """An embedding job's vectors (float32 little-endian each), kept in embeddings/."""
 
 
 @dataclass
@@ -194,10 +197,11 @@ def job_enqueue_again(*, job_id: uuid.UUID, lost_rq_job_id: str) -> bool:
 def job_submit(
     *,
     user: User,
-    data: Any,
+    data: Any = None,
     idempotency_key: str | None = None,
     messages_ref: dict[str, Any] | None = None,
     api_key_id: int | None = None,
+    request: JobRequest | None = None,
 ) -> tuple[LlmJob, bool]:
     """Validate, insert, enqueue on commit. Returns (job, created); a repeated idempotency key
     returns the first job. Keys compare byte for byte: ``Key-A`` and ``key-a`` are two keys.
@@ -205,9 +209,11 @@ def job_submit(
     ``messages_ref`` (jobs/message_refs.py ``make_ref`` of ``data["messages"]``): the job stores
     the reference instead of its messages, which are validated here all the same.
     ``api_key_id``: the API key that submits it (recorded on the job and its ledger rows, and
-    its budget applies)."""
-    request = validate_job_request(data)
-    check_against_price_table(model=request.model, max_tokens=request.max_tokens)
+    its budget applies). ``request``: a body validated already, instead of ``data`` (an
+    embeddings submit, embeddings/validation.py)."""
+    if request is None:
+        request = validate_job_request(data)
+    check_against_price_table(model=request.model, max_tokens=request.max_tokens, kind=request.kind)
     check_budgets_not_spent(feature=request.feature, user=user, api_key_id=api_key_id)
     fingerprint = request.fingerprint()
 
@@ -264,6 +270,8 @@ def job_build(
         api_key_id=api_key_id,
         feature=request.feature,
         model=request.model,
+        kind=request.kind,
+        input=request.input,
         messages=request.messages,
         system=request.system,
         max_tokens=request.max_tokens,
@@ -399,6 +407,9 @@ def job_complete(*, job_id: uuid.UUID, attempt: int, result: SuccessResult) -> L
         # The retry the takeover scheduled is dropped: its RQ job no longer matches the row.
         job.rq_job_id = ""
     usage = result.usage
+    if result.embeddings is not None:
+        # In this transaction: a completed embedding job always has its vectors.
+        vectors_store(job_id=job.id, vectors=result.embeddings)
     job.status = LlmJob.Status.COMPLETED
     job.completed_at = timezone.now()
     job.next_attempt_at = None

@@ -47,13 +47,19 @@ class JobRequest:
     concurrency_key: str | None = None
     params: dict[str, Any] | None = None
     """tools, tool_choice, stop_sequences, top_p, top_k, thinking: those given
-    (jobs/request_params.py)."""
+    (jobs/request_params.py); for an embedding job, ``dimensions`` when asked."""
+    kind: str = "chat"
+    """chat, or embedding (embeddings/validation.py builds those, with ``input``)."""
+    input: list[str] | None = None
+    """An embedding job's texts, in order."""
 
     def fingerprint(self) -> str:
         # The fields as they are: json.dumps walks them without the deep copy asdict makes
         # (a fifth of the time, for a batch's thousands), into the same canonical text.
         fields = {field.name: getattr(self, field.name) for field in dataclass_fields(self)}
-        for later in ("concurrency_key", "params"):
+        if fields["kind"] == "chat":
+            del fields["kind"]
+        for later in ("concurrency_key", "params", "input"):
             if not fields[later]:
                 # Jobs submitted before the field existed keep the fingerprint they were given.
                 del fields[later]

@@ -87,6 +87,13 @@ def model_price_set(
         raise ValidationFailed(
             f"kind must be one of {ModelPrice.Kind.values}.", code="invalid_kind"
         )
+    if kind == ModelPrice.Kind.EMBEDDING and owner.kind != Provider.Kind.OPENAI:
+        raise ValidationFailed(
+            f"Provider {provider!r} speaks the {owner.get_kind_display()}, which has no "
+            "embeddings: an embedding model belongs to an OpenAI-compatible provider.",
+            code="invalid_kind",
+            detail={"field": "provider"},
+        )
     if max_output_tokens is not None and not 1 <= max_output_tokens <= 10_000_000:
         raise ValidationFailed(
             "max_output_tokens must be a whole number of tokens, at least 1.",

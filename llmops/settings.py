@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "agents",
     "loops",
     "keys",
+    "embeddings",
 ]
 
 MIDDLEWARE = [

@@ -27,6 +27,17 @@ class AnthropicProvider:
     def call(self, request: ProviderRequest) -> ProviderOutcome:
         """One streamed Messages API call; with a ``deadline``, it ends by then whatever the
         provider sends, or at once when cancelled (providers/call_deadline.py)."""
+        if request.kind != "chat":
+            # The Messages API has no embeddings: such a model is refused when it is priced
+            # (providers/services.py), so only a row edited by hand can get here.
+            return ProviderOutcome(
+                "error_response",
+                0,
+                http_status=400,
+                error_type="invalid_request_error",
+                message=f"Not sent: the {self.name} provider (Messages API) has no embeddings.",
+                request_sent=False,
+            )
         from providers import anthropic_sdk
 
         return anthropic_sdk.call(request, base_url=self.base_url, api_key=self.api_key)

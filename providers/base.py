@@ -40,6 +40,9 @@ class ProviderRequest:
     ends the call at once (a running job's cancel)."""
     on_text: Callable[[str], None] | None = None
     """Called with each piece of the answer's text as it streams (in the calling thread)."""
+    kind: str = "chat"
+    """chat: ``body`` is a Messages API body; embedding: an Embeddings API body (``model``,
+    ``input``, ``dimensions``), answered with ``ProviderOutcome.embeddings``."""
 
 
 @dataclass
@@ -68,6 +71,9 @@ class ProviderOutcome:
     None when it can be anything up to ``max_tokens`` (a stall, a drop)."""
     request_sent: bool = True
     """False for a call cancelled before its request left: nothing can have been billed."""
+    embeddings: list[bytes] | None = None
+    """An embedding call's vectors, in the order of its ``input``: each one float32,
+    little-endian (how they are stored, embeddings/storage.py)."""
 
     @property
     def reached_provider(self) -> bool:

@@ -1,5 +1,5 @@
-"""An OpenAI-compatible provider (a row of kind ``openai``): Chat Completions at its
-``base_url``, called through the official ``openai`` SDK (providers/openai_sdk.py), which is
+"""An OpenAI-compatible provider (a row of kind ``openai``): Chat Completions and Embeddings at
+its ``base_url``, called through the official ``openai`` SDK (providers/openai_sdk.py), which is
 imported on the first call."""
 
 from providers import limits
@@ -19,6 +19,8 @@ class OpenAICompatProvider:
     def call(self, request: ProviderRequest) -> ProviderOutcome:
         from providers import openai_sdk
 
+        if request.kind == "embedding":
+            return openai_sdk.embed(request, base_url=self.base_url, api_key=self.api_key)
         return openai_sdk.call(request, base_url=self.base_url, api_key=self.api_key)
 
     def warm_up(self) -> None:

@@ -8,7 +8,10 @@ observed as a ``ProviderOutcome``, never raising for provider trouble. The body 
 this edge (providers/openai_translate.py).
 """
 
+import array
+import base64
 import functools
+import sys
 import time
 from typing import Any
 
@@ -16,7 +19,12 @@ import httpx2
 import openai
 from django.conf import settings
 
-from providers.base import ProviderOutcome, ProviderRequest, streamed_output_bound
+from providers.base import (
+    ProviderOutcome,
+    ProviderRequest,
+    UnreadableResponse,
+    streamed_output_bound,
+)
 from providers.call_deadline import CallDeadline, install
 from providers.openai_translate import (
     Untranslatable,
@@ -28,7 +36,7 @@ from providers.openai_translate import (
 from providers.ratelimit_headers import rate_limit_headers, retry_after_seconds
 from providers.transport import transport_failure
 
-__all__ = ["call", "get_client"]
+__all__ = ["call", "embed", "get_client"]
 
 NO_KEY = "no-key"
 """Sent as the bearer token when the provider names no key variable (a local Ollama or vLLM
@@ -184,6 +192,91 @@ def _call(request: ProviderRequest, base_url: str, api_key: str) -> ProviderOutc
         usage=reading.usage,
         rate_limit_headers=rate_limit_headers(headers),
     )
+
+
+def embed(request: ProviderRequest, *, base_url: str, api_key: str) -> ProviderOutcome:
+    """One Embeddings call (not streamed: the answer is one JSON body), bounded by the same
+    idle timeout and deadline as a chat call; the vectors come back in ``input`` order."""
+    if request.deadline is None:
+        return _embed(request, base_url, api_key)
+    with request.deadline:
+        return _embed(request, base_url, api_key)
+
+
+def _embed(request: ProviderRequest, base_url: str, api_key: str) -> ProviderOutcome:
+    deadline = request.deadline
+    if deadline is not None and deadline.cancelled:
+        return ProviderOutcome(
+            "cancelled", 0, message="Cancelled before the call was sent.", request_sent=False
+        )
+    body = request.body
+    client = get_client(
+        base_url,
+        api_key,
+        settings.LLM_STREAM_IDLE_SECONDS,
+        settings.LLM_PROVIDER_CONNECT_TIMEOUT,
+    )
+    timeout = openai.Timeout(
+        request.read_timeout or settings.LLM_STREAM_IDLE_SECONDS,
+        connect=settings.LLM_PROVIDER_CONNECT_TIMEOUT,
+    )
+    extra: dict[str, Any] = {}
+    if body.get("dimensions") is not None:
+        extra["dimensions"] = body["dimensions"]
+    started = time.monotonic()
+    try:
+        raw = client.embeddings.with_raw_response.create(
+            model=body["model"],
+            input=list(body["input"]),
+            encoding_format="base64",
+            extra_headers={"Idempotency-Key": request.idempotency_key},
+            timeout=timeout,
+            **extra,
+        )
+        answer = raw.parse()
+    except openai.APIStatusError as exc:
+        return _error_outcome(exc, started)
+    except (openai.APIConnectionError, httpx2.TransportError) as exc:
+        outcome = _transport_failure(exc, started, deadline)
+        if deadline is not None and deadline.cancelled:
+            return ProviderOutcome(
+                "cancelled",
+                int((time.monotonic() - started) * 1000),
+                message="Cancelled while the provider was answering; the call was closed.",
+            )
+        return outcome
+    latency = int((time.monotonic() - started) * 1000)
+    rows = sorted(answer.data or [], key=lambda row: row.index)
+    vectors = [_float32(row.embedding) for row in rows]
+    if len(vectors) != len(body["input"]) or len({len(v) for v in vectors}) > 1:
+        raise UnreadableResponse(
+            f"{len(vectors)} vectors for {len(body['input'])} inputs, or of unequal lengths"
+        )
+    usage = usage_of(answer.usage)
+    return ProviderOutcome(
+        "success",
+        latency,
+        http_status=raw.http_response.status_code,
+        request_id=raw.headers.get("x-request-id", ""),
+        stop_reason="",
+        usage=usage,
+        rate_limit_headers=rate_limit_headers(raw.headers),
+        embeddings=vectors,
+    )
+
+
+def _float32(embedding: Any) -> bytes:
+    """A vector as float32 little-endian bytes: asked as base64 (that is those bytes), or a
+    list of numbers from a server that answers floats whatever it is asked."""
+    if isinstance(embedding, str):
+        data = base64.b64decode(embedding)
+        if len(data) % 4:
+            raise UnreadableResponse("a base64 embedding is not a whole number of float32")
+        return data
+    vector = array.array("f", (float(x) for x in embedding))
+    if sys.byteorder == "big":
+        vector.byteswap()
+    return vector.tobytes()
 
 
 def _error_body(exc: openai.APIError) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from providers.services import provider_save
 
 DEMO_OPENAI_PROVIDER = "local-openai"
 DEMO_OPENAI_MODEL = "gpt-4o-mini"
+DEMO_EMBEDDING_MODEL = "text-embedding-3-small"
 
 
 class Command(BaseCommand):
@@ -55,7 +56,16 @@ class Command(BaseCommand):
                 cache_read_per_mtok=Decimal("0.075"),
                 max_output_tokens=16_384,
             )
+        price = price_for_model(model=DEMO_EMBEDDING_MODEL)
+        if price is None or price.provider_name == DEMO_OPENAI_PROVIDER:
+            model_price_set(
+                model=DEMO_EMBEDDING_MODEL,
+                provider=DEMO_OPENAI_PROVIDER,
+                input_per_mtok=Decimal("0.02"),
+                output_per_mtok=Decimal("0"),
+                kind="embedding",
+            )
         self.stdout.write(
-            f"OpenAI-compatible demo: model {DEMO_OPENAI_MODEL} on provider "
-            f"{DEMO_OPENAI_PROVIDER} (the fake provider)"
+            f"OpenAI-compatible demo: models {DEMO_OPENAI_MODEL} and {DEMO_EMBEDDING_MODEL} "
+            f"(embeddings) on provider {DEMO_OPENAI_PROVIDER} (the fake provider)"
         )
