@@ -40,7 +40,21 @@ class BatchSubmitSerializer(serializers.Serializer):
         max_length=MAX_FEATURE_LENGTH,
         help_text="Every item's feature: budgets, reports and metrics group by it.",
     )
-    model = serializers.CharField(max_length=100, help_text="Every item's model (priced).")
+    kind = serializers.ChoiceField(
+        choices=["chat", "embedding"],
+        required=False,
+        default="chat",
+        help_text="embedding: each item is `{input, metadata}` (one text); identical texts are "
+        "embedded once, in jobs of LLM_EMBEDDING_GROUP_SIZE texts; the vectors are read from "
+        "GET .../embeddings/.",
+    )
+    model = serializers.CharField(
+        max_length=100,
+        help_text="Every item's model (priced; an embedding model for kind embedding).",
+    )
+    dimensions = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, help_text="kind embedding only."
+    )
     items = serializers.ListField(
         child=BatchItemSerializer(),
         min_length=1,

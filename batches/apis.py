@@ -25,8 +25,10 @@ from batches.api_schema import SUBMIT_EXAMPLE, BatchSubmitSerializer, BatchSubmi
 from batches.models import Batch
 from batches.parsers import BatchJSONParser
 from batches.selectors import (
+    batch_embedding_items,
     batch_get_for_user,
     batch_item_indexes,
+    batch_item_vectors,
     batch_jobs,
     batch_list_for_user,
 )
@@ -47,6 +49,10 @@ BATCH_ID = OpenApiParameter(
 _SUBMIT_400 = [
     "invalid_body",
     "unknown_field",
+    "invalid_kind",
+    "invalid_model",
+    "invalid_input",
+    "invalid_dimensions",
     "invalid_name",
     "invalid_allow_failures",
     "invalid_callback_url",
@@ -190,6 +196,49 @@ class BatchJobsApi(APIView):
             context_for_page=lambda page: {
                 "indexes": batch_item_indexes(batch=batch, job_ids=[job.id for job in page])
             },
+        )
+
+
+class BatchEmbeddingItemSerializer(serializers.Serializer):
+    """An item of an embedding batch: its text's vector once its job completed."""
+
+    index = serializers.IntegerField()
+    status = serializers.CharField(source="job.status", help_text="Its job's status.")
+    job = serializers.UUIDField(source="job.id")
+    metadata = serializers.DictField(allow_null=True)
+    embedding = serializers.SerializerMethodField()
+
+    @extend_schema_field(serializers.ListField(child=serializers.FloatField(), allow_null=True))
+    def get_embedding(self, item: Any) -> list[float] | None:
+        vectors: dict[Any, list[float]] = self.context["vectors"]
+        return vectors.get((item.job_id, item.position))
+
+
+class BatchEmbeddingsApi(APIView):
+    required_scopes = {"GET": JOBS_READ}
+    pagination_class = Pagination
+
+    @extend_schema(
+        operation_id="batches_embeddings",
+        summary="An embedding batch's vectors, item by item in the submitted order",
+        parameters=[BATCH_ID, *error_headers()],
+        responses={
+            200: BatchEmbeddingItemSerializer(many=True),
+            **errors(
+                {400: ["not_an_embedding_batch"], 404: ["batch_not_found"]},
+                descriptions={404: "No such batch (or not yours), or a page past the last."},
+            ),
+        },
+    )
+    def get(self, request: Request, batch_id: str) -> Response:
+        batch = batch_get_for_user(user=cast(User, request.user), batch_id=_parse_id(batch_id))
+        items = batch_embedding_items(batch=batch)
+        return paginated_response(
+            request,
+            self,
+            items,
+            BatchEmbeddingItemSerializer,
+            context_for_page=lambda page: {"vectors": batch_item_vectors(page)},
         )
 
 

@@ -40,6 +40,12 @@ class Batch(models.Model):
         help_text="The API key that submitted it (empty: a session, or before keys).",
     )
     name = models.CharField(max_length=200, blank=True)
+    kind = models.CharField(
+        max_length=10,
+        choices=LlmJob.Kind.choices,
+        default=LlmJob.Kind.CHAT,
+        help_text="embedding: items are texts, grouped into embedding jobs.",
+    )
     feature = models.SlugField(max_length=64)
     model = models.CharField(max_length=100)
     allow_failures = models.BooleanField(
@@ -122,6 +128,14 @@ class BatchItem(models.Model):
     )
     runs_job = models.BooleanField(
         help_text="The first item of its job (the others share it): the batch's job list."
+    )
+    position = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="An embedding item: the index of its text in its job's input.",
+    )
+    metadata = models.JSONField(
+        null=True, blank=True, help_text="An embedding item's own metadata (its job has many)."
     )
 
     class Meta:

@@ -10,10 +10,13 @@ from django.db.models.functions import Coalesce
 
 from api.errors import NotFound, ValidationFailed
 from batches.models import Batch, BatchItem
+from embeddings.storage import vectors_load
 from jobs.models import LlmJob
 
 __all__ = [
+    "batch_embedding_items",
     "batch_get_for_user",
+    "batch_item_vectors",
     "batch_item_indexes",
     "batch_jobs",
     "batch_list_for_user",
@@ -97,3 +100,36 @@ def batch_item_indexes(*, batch: Batch, job_ids: Iterable[UUID]) -> dict[UUID, l
     for job_id, index in rows:
         indexes.setdefault(job_id, []).append(index)
     return indexes
+
+
+def batch_embedding_items(*, batch: Batch) -> QuerySet[BatchItem]:
+    """An embedding batch's items in order, each with its job's status."""
+    if batch.kind != LlmJob.Kind.EMBEDDING:
+        raise ValidationFailed(
+            "This batch is of kind chat: its results are its jobs' (GET .../jobs/).",
+            code="not_an_embedding_batch",
+            detail={"kind": batch.kind},
+        )
+    return (
+        BatchItem.objects.filter(batch=batch)
+        .select_related("job")
+        .only("index", "position", "metadata", "job__id", "job__status", "job__error_code")
+        .order_by("index")
+    )
+
+
+def batch_item_vectors(items: Iterable[BatchItem]) -> dict[tuple[UUID, int], list[float]]:
+    """The vectors of a page of embedding items, read once per job: (job id, position) ->
+    vector, for the items whose job completed."""
+    wanted: dict[UUID, set[int]] = {}
+    for item in items:
+        if item.job.status == LlmJob.Status.COMPLETED and item.position is not None:
+            wanted.setdefault(item.job_id, set()).add(item.position)
+    vectors: dict[tuple[UUID, int], list[float]] = {}
+    for job_id, positions in wanted.items():
+        ordered = sorted(positions)
+        for position, vector in zip(
+            ordered, vectors_load(job_id=job_id, positions=ordered), strict=True
+        ):
+            vectors[(job_id, position)] = vector
+    return vectors

@@ -14,7 +14,7 @@ class BatchRowSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Batch
-        fields = ["id", "name", "status", *COUNTER_FIELDS, "created_at", "finished_at"]
+        fields = ["id", "name", "kind", "status", *COUNTER_FIELDS, "created_at", "finished_at"]
 
 
 class BatchOutputSerializer(BatchRowSerializer):
@@ -29,6 +29,7 @@ class BatchOutputSerializer(BatchRowSerializer):
         fields = [
             "id",
             "name",
+            "kind",
             "status",
             *COUNTER_FIELDS,
             "cost_usd",

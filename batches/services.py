@@ -12,6 +12,7 @@ from typing import Any
 from uuid import UUID
 
 import django_rq
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -26,14 +27,22 @@ from batches.serializers import BatchOutputSerializer
 from batches.validation import (
     ITEM_FIELDS,
     MARKER_KEY,
+    BatchRequest,
     batch_request_fingerprint,
     check_item_metadata,
     validate_batch_request,
+    validate_embedding_items,
 )
-from jobs.admission import idempotency_key_hash
+from embeddings.validation import MAX_INPUTS, validate_feature_and_model
+from jobs.admission import (
+    check_against_price_table,
+    check_budgets_not_spent,
+    idempotency_key_hash,
+)
 from jobs.bulk import NewJob, insert_rows, job_requests_validate, jobs_submit_many
 from jobs.models import LlmJob
 from jobs.services import job_cancel
+from jobs.validation import JobRequest
 from llmops.queues import BATCH_CANCEL_TASK, DEFAULT_QUEUE, batch_cancel_job_id
 from runtime.rq_jobs import rq_job_is_alive, rq_jobs_fetch, rq_jobs_resume
 
@@ -86,6 +95,14 @@ def batch_submit(
         existing = Batch.objects.filter(user=user, idempotency_key_hash=key_hash).first()
         if existing is not None:
             return _replay(existing, fingerprint), False
+    if request.kind == "embedding":
+        return _embedding_batch_submit(
+            user=user,
+            request=request,
+            key_hash=key_hash,
+            fingerprint=fingerprint,
+            api_key_id=api_key_id,
+        )
 
     requests = job_requests_validate(
         user=user,
@@ -165,6 +182,95 @@ def batch_submit(
         batch.jobs_total,
         batch.feature,
         batch.model,
+    )
+    return batch, True
+
+
+def _embedding_batch_submit(
+    *,
+    user: User,
+    request: BatchRequest,
+    key_hash: str | None,
+    fingerprint: str | None,
+    api_key_id: int | None,
+) -> tuple[Batch, bool]:
+    """A batch of texts to embed: identical texts are embedded once, and the distinct ones are
+    grouped, in order, into embedding jobs of ``LLM_EMBEDDING_GROUP_SIZE`` texts (each a
+    provider request, its attempts booked like any job's). Each item points at its job and at
+    its text's ``position`` in that job's input; its metadata stays on the item."""
+    feature, model = validate_feature_and_model(request.shared())
+    texts = validate_embedding_items(request.items)
+    check_against_price_table(model=model, max_tokens=0, kind=LlmJob.Kind.EMBEDDING)
+    check_budgets_not_spent(feature=feature, user=user, api_key_id=api_key_id)
+    size = min(settings.LLM_EMBEDDING_GROUP_SIZE, MAX_INPUTS)
+    distinct: dict[str, int] = {}
+    for text, _metadata in texts:
+        distinct.setdefault(text, len(distinct))
+    unique = list(distinct)
+    groups = [unique[start : start + size] for start in range(0, len(unique), size)]
+    params = {"dimensions": request.dimensions} if request.dimensions is not None else None
+    try:
+        with transaction.atomic():
+            batch = Batch.objects.create(
+                user=user,
+                api_key_id=api_key_id,
+                name=request.name,
+                kind=LlmJob.Kind.EMBEDDING,
+                feature=feature,
+                model=model,
+                allow_failures=request.allow_failures,
+                callback_url=request.callback_url,
+                total=len(texts),
+                jobs_total=len(groups),
+                pending=len(texts),
+                idempotency_key_hash=key_hash,
+                request_fingerprint=fingerprint or "",
+            )
+            marker = {"id": str(batch.id)}
+            new_jobs = []
+            for group in groups:
+                job_request = JobRequest(
+                    feature=feature,
+                    model=model,
+                    messages=[],
+                    max_tokens=0,
+                    metadata={MARKER_KEY: marker},
+                    params=params,
+                    kind=LlmJob.Kind.EMBEDDING,
+                    input=group,
+                )
+                new_jobs.append(NewJob(request=job_request, fingerprint=job_request.fingerprint()))
+            jobs = jobs_submit_many(user=user, api_key_id=api_key_id, new_jobs=new_jobs)
+            seen: set[int] = set()
+            items = []
+            for index, (text, metadata) in enumerate(texts):
+                group_index, position = divmod(distinct[text], size)
+                items.append(
+                    BatchItem(
+                        batch=batch,
+                        index=index,
+                        job_id=jobs[group_index].id,
+                        runs_job=group_index not in seen,
+                        position=position,
+                        metadata=metadata,
+                    )
+                )
+                seen.add(group_index)
+            insert_rows(items)
+            progress_on_commit(batch)
+    except IntegrityError:
+        if not key_hash:
+            raise
+        existing = Batch.objects.get(user=user, idempotency_key_hash=key_hash)
+        return _replay(existing, fingerprint or ""), False
+    logger.info(
+        "embedding batch %s submitted: %s items, %s distinct texts in %s jobs, feature=%s model=%s",
+        batch.id,
+        batch.total,
+        len(unique),
+        batch.jobs_total,
+        feature,
+        model,
     )
     return batch, True
 

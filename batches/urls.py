@@ -1,6 +1,12 @@
 from django.urls import path
 
-from batches.apis import BatchCancelApi, BatchDetailApi, BatchJobsApi, BatchListCreateApi
+from batches.apis import (
+    BatchCancelApi,
+    BatchDetailApi,
+    BatchEmbeddingsApi,
+    BatchJobsApi,
+    BatchListCreateApi,
+)
 
 app_name = "batches"
 
@@ -8,5 +14,6 @@ urlpatterns = [
     path("", BatchListCreateApi.as_view(), name="batch-list"),
     path("<str:batch_id>/", BatchDetailApi.as_view(), name="batch-detail"),
     path("<str:batch_id>/jobs/", BatchJobsApi.as_view(), name="batch-jobs"),
+    path("<str:batch_id>/embeddings/", BatchEmbeddingsApi.as_view(), name="batch-embeddings"),
     path("<str:batch_id>/cancel/", BatchCancelApi.as_view(), name="batch-cancel"),
 ]

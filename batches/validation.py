@@ -21,9 +21,15 @@ __all__ = [
     "batch_request_fingerprint",
     "check_item_metadata",
     "validate_batch_request",
+    "validate_embedding_items",
 ]
 
-BATCH_FIELDS = frozenset({"name", "feature", "model", "items", "allow_failures", "callback_url"})
+BATCH_FIELDS = frozenset(
+    {"name", "kind", "feature", "model", "items", "allow_failures", "callback_url", "dimensions"}
+)
+KINDS = ("chat", "embedding")
+EMBEDDING_ITEM_FIELDS = frozenset({"input", "metadata"})
+"""What an item of an embedding batch carries: one text, and its own metadata."""
 ITEM_FIELDS = frozenset({"messages", "max_tokens", "system", "temperature", "metadata"})
 """What an item may carry; ``feature`` and ``model`` are the batch's, for every item."""
 MARKER_KEY = "llmops_batch"
@@ -42,6 +48,8 @@ class BatchRequest:
     items: list[Any]
     allow_failures: bool
     callback_url: str
+    kind: str = "chat"
+    dimensions: int | None = None
 
     def shared(self) -> dict[str, Any]:
         """The job fields every item takes from the batch."""
@@ -86,6 +94,17 @@ def validate_batch_request(data: Any) -> BatchRequest:
     if callback_url != "":
         _check_callback_url(callback_url)
 
+    kind = data.get("kind", "chat")
+    if kind not in KINDS:
+        raise _fail("invalid_kind", "kind must be 'chat' (the default) or 'embedding'.", "kind")
+    dimensions = data.get("dimensions")
+    if dimensions is not None and kind != "embedding":
+        raise _fail("unknown_field", "dimensions is for a batch of kind embedding.", "dimensions")
+    if kind == "embedding":
+        from embeddings.validation import validate_dimensions
+
+        dimensions = validate_dimensions(dimensions)
+
     items = data.get("items")
     if not isinstance(items, list) or not items:
         raise _fail(
@@ -106,7 +125,42 @@ def validate_batch_request(data: Any) -> BatchRequest:
         items=items,
         allow_failures=allow_failures,
         callback_url=callback_url,
+        kind=kind,
+        dimensions=dimensions,
     )
+
+
+def validate_embedding_items(items: list[Any]) -> list[tuple[str, dict[str, Any] | None]]:
+    """Each item of an embedding batch: ``{"input": "text", "metadata": {...}}``. Refuses all
+    with one ``400 invalid_items`` naming every bad index, as for chat items."""
+    out: list[tuple[str, dict[str, Any] | None]] = []
+    bad: list[int] = []
+    errors: list[dict[str, Any]] = []
+    for index, item in enumerate(items):
+        problem: tuple[str, str, str | None] | None = None
+        if not isinstance(item, dict):
+            problem = ("invalid_body", "An item must be a JSON object.", None)
+        elif set(item) - EMBEDDING_ITEM_FIELDS:
+            unknown = ", ".join(sorted(set(item) - EMBEDDING_ITEM_FIELDS))
+            problem = ("unknown_field", f"Unknown item fields: {unknown}.", None)
+        elif not isinstance(item.get("input"), str) or not item["input"].strip():
+            problem = ("invalid_input", "input must be a non-empty string.", "input")
+        elif item.get("metadata") is not None and not isinstance(item["metadata"], dict):
+            problem = ("invalid_metadata", "metadata must be a JSON object.", "metadata")
+        if problem is not None:
+            bad.append(index)
+            if len(errors) < 100:
+                code, message, field = problem
+                errors.append({"index": index, "code": code, "message": message, "field": field})
+            continue
+        out.append((item["input"], item.get("metadata")))
+    if bad:
+        raise ValidationFailed(
+            f"{len(bad)} of {len(items)} items are invalid; nothing was saved.",
+            code="invalid_items",
+            detail={"indexes": bad, "errors": errors, "errors_truncated": len(bad) > len(errors)},
+        )
+    return out
 
 
 def _check_callback_url(url: Any) -> None:

@@ -290,6 +290,7 @@ WS_REAUTH_SECONDS = env.number("WS_REAUTH_SECONDS", 5.0, minimum=0.1)
 WS_MAX_QUEUED_BYTES = env.integer("WS_MAX_QUEUED_BYTES", 1024 * 1024, minimum=128 * 1024)
 WS_MAX_CONNECTIONS_PER_USER = env.integer("WS_MAX_CONNECTIONS_PER_USER", 20, minimum=1)
 LLM_BATCH_MAX_ITEMS = env.integer("LLM_BATCH_MAX_ITEMS", 10_000, minimum=1)
+LLM_EMBEDDING_GROUP_SIZE = env.integer("LLM_EMBEDDING_GROUP_SIZE", 128, minimum=1)  # <= 2048 used
 # 10,000 items of about 1.6 KB; the web process holds the parsed body (several times its size).
 LLM_BATCH_MAX_REQUEST_BYTES = env.integer(
     "LLM_BATCH_MAX_REQUEST_BYTES", 16 * 1024 * 1024, minimum=1024

@@ -35,7 +35,9 @@ def _billed(fake_provider: Any) -> list[dict[str, Any]]:
 
 
 def _close(a: list[float], b: list[float]) -> bool:
-    return len(a) == len(b) and all(math.isclose(x, y, abs_tol=1e-7) for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        math.isclose(x, y, abs_tol=1e-7) for x, y in zip(a, b, strict=True)
+    )
 
 
 def test_an_embeddings_job_returns_its_vectors_in_order_stored_as_float32(
