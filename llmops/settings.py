@@ -185,6 +185,7 @@ SPECTACULAR_SETTINGS = {
     # Two "status" choice sets: a job's, and a batch's (a pipeline's has the same values).
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "jobs.models.LlmJob.Status",
+        "JobKindEnum": "jobs.models.LlmJob.Kind",
         "BatchStatusEnum": "batches.models.Batch.Status",
         "AgentRunStatusEnum": "agents.models.AgentRun.Status",
         "AgentStepStatusEnum": "agents.models.AgentStep.Status",

@@ -42,6 +42,7 @@ from alerts.models import (
 from batches.services import batch_submit
 from dlq.models import BulkRequeue
 from dlq.services import failure_record_create
+from embeddings.validation import validate_embedding_request
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.services import job_submit
 from keys.models import ApiKey
@@ -189,6 +190,33 @@ def build_world() -> World:
         cache_read_per_mtok=Decimal("1"),
         max_output_tokens=1000,
     )
+    ModelPrice.objects.create(
+        model=f"{MARK}-embed",
+        provider=provider,
+        kind=ModelPrice.Kind.EMBEDDING,
+        effective_from=timezone.now() - timedelta(seconds=1),
+        input_per_mtok=Decimal("0.02"),
+        output_per_mtok=Decimal("0"),
+        cache_write_5m_per_mtok=Decimal("0.02"),
+        cache_write_1h_per_mtok=Decimal("0.02"),
+        cache_read_per_mtok=Decimal("0.02"),
+        max_output_tokens=1,
+    )
+    embedding, _ = job_submit(
+        user=owner,
+        request=validate_embedding_request(
+            {"feature": MARK, "model": f"{MARK}-embed", "input": ["hello"]}
+        ),
+    )
+    embedding_batch, _ = batch_submit(
+        user=owner,
+        data={
+            "kind": "embedding",
+            "feature": MARK,
+            "model": f"{MARK}-embed",
+            "items": [{"input": "hello", "metadata": {"mark": MARK}}],
+        },
+    )
     item = {"messages": body["messages"], "max_tokens": 64}
     batch, _ = batch_submit(
         user=owner, data={"name": MARK, "feature": MARK, "model": body["model"], "items": [item]}
@@ -244,6 +272,8 @@ def build_world() -> World:
         "group": str(group.id),
         "batch": str(batch.id),
         "batch_item": str(batch.items.get().id),
+        "embedding": str(embedding.id),
+        "embedding_batch": str(embedding_batch.id),
         "pipeline": str(pipeline.id),
         "agent_run": str(agent_run.id),
         "agent_call": AGENT_CALL_ID,

@@ -32,6 +32,7 @@ from jobs.ws_urls import websocket_urlpatterns
 from tests.authorization_effects import ACTION_EFFECTS, post_action
 from tests.authorization_world import (
     ACTORS,
+    MARK,
     METRICS_TOKEN,
     World,
     build_world,
@@ -83,6 +84,8 @@ TABLE: list[Door] = [
     D("api", "POST /api/v1/jobs/", "jobs.add_llmjob", 202, 202, 401, 202, 202),
     D("api", "GET /api/v1/jobs/{job}/", "jobs.view_llmjob", 200, 404, 401, 404, 404),
     D("api", "POST /api/v1/jobs/{queued_job}/cancel/", "jobs.change_llmjob", 200, 404, 401, 404, 404),
+    D("api", "POST /api/v1/embeddings/", "jobs.add_llmjob", 202, 202, 401, 202, 202),
+    D("api", "GET /api/v1/embeddings/{embedding}/", "jobs.view_llmjob", 200, 404, 401, 404, 404),
     # --- costs: your own spend; everyone's for staff who may read the ledger ------------------
     D("api", "GET /api/v1/costs/", "ledger.view_costentry", "200+", "200-", 401, "200-", "200+"),
     D("api", "GET /api/v1/costs/?user={owner}", "ledger.view_costentry", "200+", 403, 401, 403, "200+"),
@@ -98,6 +101,7 @@ TABLE: list[Door] = [
     D("api", "POST /api/v1/batches/", "batches.add_batch", 202, 202, 401, 202, 202),
     D("api", "GET /api/v1/batches/{batch}/", "batches.view_batch", 200, 404, 401, 404, 200),
     D("api", "GET /api/v1/batches/{batch}/jobs/", "batches.view_batch", "200+", 404, 401, 404, "200+"),
+    D("api", "GET /api/v1/batches/{embedding_batch}/embeddings/", "batches.view_batch", "200+", 404, 401, 404, "200+"),
     D("api", "POST /api/v1/batches/{batch}/cancel/", "batches.cancel_batch", 200, 404, 401, 404, 200),
     D("api", "GET /api/v1/pipelines/", "pipelines.view_pipeline", "200+", "200-", 401, "200-", "200-"),
     D("api", "POST /api/v1/pipelines/", "pipelines.add_pipeline", 202, 202, 401, 202, 202),
@@ -393,6 +397,7 @@ POST_BODIES = {
         "items": [{"messages": JOB_BODY["messages"], "max_tokens": 64}],
     },
     "/api/v1/pipelines/": {"steps": [JOB_BODY]},
+    "/api/v1/embeddings/": {"feature": "f", "model": f"{MARK}-embed", "input": ["hi"]},
     "/api/v1/agent-runs/": {k: JOB_BODY[k] for k in ("feature", "model", "messages", "max_tokens")},
     "/api/v1/agent-runs/{agent_run}/approvals/{agent_call}/": {"approve": True},
     "/api/v1/keys/": {"name": "ops", "scopes": ["admin"]},  # no more than the admin-only key
@@ -448,12 +453,14 @@ SCOPES: dict[str | None, list[str]] = {
     "jobs:read": [
         "GET /api/v1/jobs/", "GET /api/v1/jobs/{job}/", "GET /api/v1/batches/",
         "GET /api/v1/batches/{batch}/", "GET /api/v1/batches/{batch}/jobs/",
+        "GET /api/v1/embeddings/{embedding}/", "GET /api/v1/batches/{embedding_batch}/embeddings/",
         "GET /api/v1/pipelines/", "GET /api/v1/pipelines/{pipeline}/",
         "GET /api/v1/agent-runs/", "GET /api/v1/agent-runs/{agent_run}/",
         "/ws/jobs/", "/ws/jobs/?job={job}", "/ws/jobs/?job=not-a-uuid", "/ws/jobs/?all=1",
     ],
     "jobs:write": [
         "POST /api/v1/jobs/", "POST /api/v1/jobs/{queued_job}/cancel/", "POST /api/v1/batches/",
+        "POST /api/v1/embeddings/",
         "POST /api/v1/batches/{batch}/cancel/", "POST /api/v1/pipelines/",
         "POST /api/v1/pipelines/{pipeline}/cancel/", "POST /api/v1/agent-runs/",
         "POST /api/v1/agent-runs/{agent_run}/approvals/{agent_call}/",

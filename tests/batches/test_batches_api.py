@@ -43,6 +43,7 @@ def test_it_accepts_a_batch_and_points_at_its_status(alice_client):
     assert shown == {
         "id": body["id"],
         "name": "summaries",
+        "kind": "chat",
         "status": "running",
         "total": 2,
         "pending": 2,
@@ -217,7 +218,7 @@ def test_it_lists_the_callers_batches_newest_first(alice_client, bob_client):
     assert [b["id"] for b in body["results"]] == [str(second.id)]
     row = body["results"][0]
     assert set(row) == {
-        "id", "name", "status", "total", "pending", "completed", "failed", "cancelled",
+        "id", "name", "kind", "status", "total", "pending", "completed", "failed", "cancelled",
         "created_at", "finished_at",
     }  # fmt: skip
     rest = alice_client.get("/api/v1/batches/?page=2&page_size=1").json()["results"]

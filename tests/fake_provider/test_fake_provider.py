@@ -201,6 +201,7 @@ def test_it_injects_each_error_fault(
         "by_status": {str(status): 1},
         "dropped": 0,
         "timed_out": 0,
+        "embedded_inputs": 0,
         "in_flight": 0,
         "peak_in_flight": 1,
         "billed": {
@@ -339,6 +340,7 @@ def test_it_resets_stats_and_cache(url: str) -> None:
         "by_status": {},
         "dropped": 0,
         "timed_out": 0,
+        "embedded_inputs": 0,
         "in_flight": 0,
         "peak_in_flight": 0,
         "billed": {

@@ -73,7 +73,13 @@ def test_a_claude_model_keeps_its_cache_write_rates_when_its_prices_change():
 
 
 def test_an_embedding_model_is_priced_as_one_and_refused_for_a_chat_job(alice_client):
-    run("llm_model", "add", "text-embedding-3-small", "--provider", "anthropic",
+    # The Messages API has no embeddings: such a model belongs to an OpenAI-compatible provider.
+    with pytest.raises(CommandError, match="has no embeddings"):
+        run("llm_model", "add", "text-embedding-3-small", "--provider", "anthropic",
+            "--input-price", "0.02", "--output-price", "0", "--embedding")  # fmt: skip
+    run("llm_provider", "add", "openai", "--kind", "openai", "--base-url",
+        "https://api.openai.com/v1", "--api-key-env", "OPENAI_API_KEY")  # fmt: skip
+    run("llm_model", "add", "text-embedding-3-small", "--provider", "openai",
         "--input-price", "0.02", "--output-price", "0", "--embedding")  # fmt: skip
     assert price_for_model(model="text-embedding-3-small").kind == "embedding"  # type: ignore[union-attr]
     response = alice_client.post(
