@@ -7,7 +7,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 # pytest-xdist workers for make test (each its own test database and Redis index, tests/parallel.py).
 TEST_WORKERS ?= 5
 
-.PHONY: run token test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming chaos clean
+.PHONY: run token test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming bench-embeddings chaos clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -128,6 +128,11 @@ bench-agents: dev-venv services
 # web line, distinct items and every item twice, and a GET of the batch (its own database).
 bench-batch: dev-venv services
 	$(BIN)/python bench/batch_submit.py
+
+# Embedding inputs per second through a 10,000-item embedding batch (submit, run on the
+# Procfile's llm workers against the fake provider's Embeddings API, read every vector back).
+bench-embeddings: dev-venv services
+	$(BIN)/python bench/embeddings.py
 
 # Streaming's cost: the streamed provider call next to the old non-streaming one (CPU per call,
 # calls/s, 256 and 4,000 output tokens), then 200 jobs streaming at once through the Procfile's
