@@ -33,7 +33,7 @@ from batches.validation import (
     validate_batch_request,
     validate_embedding_items,
 )
-from embeddings.validation import MAX_INPUTS, validate_feature_and_model
+from embeddings.validation import MAX_INPUTS
 from jobs.admission import (
     check_against_price_table,
     check_budgets_not_spent,
@@ -42,7 +42,7 @@ from jobs.admission import (
 from jobs.bulk import NewJob, insert_rows, job_requests_validate, jobs_submit_many
 from jobs.models import LlmJob
 from jobs.services import job_cancel
-from jobs.validation import JobRequest
+from jobs.validation import JobRequest, validate_feature_and_model
 from llmops.queues import BATCH_CANCEL_TASK, DEFAULT_QUEUE, batch_cancel_job_id
 from runtime.rq_jobs import rq_job_is_alive, rq_jobs_fetch, rq_jobs_resume
 

@@ -4,7 +4,7 @@ per kind of mistake, as for jobs (jobs/validation.py, whose feature and metadata
 from typing import Any
 
 from api.errors import ValidationFailed
-from jobs.validation import FEATURE_RE, MAX_FEATURE_LENGTH, JobRequest
+from jobs.validation import JobRequest, validate_feature_and_model
 
 __all__ = ["ALLOWED_FIELDS", "MAX_DIMENSIONS", "MAX_INPUTS", "validate_embedding_request"]
 
@@ -55,29 +55,6 @@ def validate_dimensions(value: Any) -> int | None:
             "dimensions",
         )
     return value
-
-
-def validate_feature_and_model(data: dict[str, Any]) -> tuple[str, str]:
-    feature = data.get("feature")
-    if (
-        not isinstance(feature, str)
-        or len(feature) > MAX_FEATURE_LENGTH
-        or not FEATURE_RE.fullmatch(feature)
-    ):
-        raise _fail(
-            "invalid_feature",
-            "feature is required: a lowercase slug (letters, digits, '-', '_'), at most 64 "
-            "characters.",
-            "feature",
-        )
-    model = data.get("model")
-    if not isinstance(model, str) or not model.strip() or len(model) > 100:
-        raise _fail(
-            "unknown_model",
-            "model is required: a priced embedding model, e.g. 'text-embedding-3-small'.",
-            "model",
-        )
-    return feature, model
 
 
 def validate_embedding_request(data: Any) -> JobRequest:

@@ -264,6 +264,68 @@ async def _send(send: Send, status: int, body: bytes, headers: Headers) -> None:
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+Fail = Callable[..., Awaitable[None]]
+
+
+def failer(state: FakeProviderState, send: Send, epoch: int, request_id: str) -> Fail:
+    """How a request of this API answers an error: counted, with its request id."""
+
+    async def fail(error: _Error, extra: Headers | None = None) -> None:
+        state.count_status(error.status, epoch)
+        await _send(
+            send, error.status, error.body(), [("x-request-id", request_id), *(extra or [])]
+        )
+
+    return fail
+
+
+def has_bearer(headers: dict[str, str]) -> bool:
+    bearer = headers.get("authorization", "")
+    return bearer.lower().startswith("bearer ") and bool(bearer[7:].strip())
+
+
+async def admit(
+    state: FakeProviderState, fail: Fail, *, key: str, input_tokens: int, max_tokens: int
+) -> tuple[RateDecision | None, Headers, str | None] | None:
+    """What every call of this API goes through before its answer: the rate windows (a 429 of
+    this API), the script or the drawn latency and fault, and the faults answered as errors
+    here (``insufficient_quota``, an injected ``429``). None: the error was sent; else the rate
+    decision, its headers and the fault left for the endpoint."""
+    decision = state.take_rate_slot(input_tokens=input_tokens, max_tokens=max_tokens)
+    rate_headers = _rate_headers(decision) if decision else []
+    if decision and not decision.allowed:
+        await fail(
+            _Error(429, "Rate limit reached for requests.", code="rate_limit_exceeded"),
+            [("retry-after", str(decision.retry_after)), *_rate_headers(decision, spent=True)],
+        )
+        return None
+    step = state.scripts.take(key)
+    delay = (
+        state.draw_latency() if step is None or step.latency_ms is None else step.delay(state.rng)
+    )
+    if delay:
+        await asyncio.sleep(delay)
+    fault = state.draw_fault() if step is None else step.fault
+    if fault == "insufficient_quota":
+        await fail(
+            _Error(
+                429,
+                "You exceeded your current quota, please check your plan and billing details.",
+                code="insufficient_quota",
+                kind="insufficient_quota",
+            )
+        )
+        return None
+    if fault == "429":
+        injected = state.injected_rate_headers()
+        await fail(
+            _Error(429, "Rate limit reached for requests.", code="rate_limit_exceeded"),
+            [("retry-after", str(injected.retry_after)), *_rate_headers(injected, spent=True)],
+        )
+        return None
+    return decision, rate_headers, fault
+
+
 async def chat_completions(
     state: FakeProviderState,
     closing: asyncio.Event,
@@ -278,14 +340,8 @@ async def chat_completions(
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     key = headers.get("idempotency-key", "")
 
-    async def fail(error: _Error, extra: Headers | None = None) -> None:
-        state.count_status(error.status, epoch)
-        await _send(
-            send, error.status, error.body(), [("x-request-id", request_id), *(extra or [])]
-        )
-
-    bearer = headers.get("authorization", "")
-    if not (bearer.lower().startswith("bearer ") and bearer[7:].strip()):
+    fail = failer(state, send, epoch, request_id)
+    if not has_bearer(headers):
         return await fail(
             _Error(401, "You didn't provide an API key.", kind="invalid_request_error")
         )
@@ -301,38 +357,16 @@ async def chat_completions(
         return await fail(_Error(error.status, error.message))
     include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
 
-    decision = state.take_rate_slot(
+    drawn = await admit(
+        state,
+        fail,
+        key=key,
         input_tokens=sum(segment.tokens for segment in request.segments),
         max_tokens=request.max_tokens,
     )
-    rate_headers = _rate_headers(decision) if decision else []
-    if decision and not decision.allowed:
-        return await fail(
-            _Error(429, "Rate limit reached for requests.", code="rate_limit_exceeded"),
-            [("retry-after", str(decision.retry_after)), *_rate_headers(decision, spent=True)],
-        )
-    step = state.scripts.take(key)
-    delay = (
-        state.draw_latency() if step is None or step.latency_ms is None else step.delay(state.rng)
-    )
-    if delay:
-        await asyncio.sleep(delay)
-    fault = state.draw_fault() if step is None else step.fault
-    if fault == "insufficient_quota":
-        return await fail(
-            _Error(
-                429,
-                "You exceeded your current quota, please check your plan and billing details.",
-                code="insufficient_quota",
-                kind="insufficient_quota",
-            )
-        )
-    if fault == "429":
-        injected = state.injected_rate_headers()
-        return await fail(
-            _Error(429, "Rate limit reached for requests.", code="rate_limit_exceeded"),
-            [("retry-after", str(injected.retry_after)), *_rate_headers(injected, spent=True)],
-        )
+    if drawn is None:
+        return None
+    decision, rate_headers, fault = drawn
     if not request.stream and fault in STREAM_FAULTS:
         fault = "503" if fault == "overloaded_midstream" else "timeout"
     if fault in FAULT_ERRORS:

@@ -25,7 +25,7 @@ import math
 import sys
 from typing import Any
 
-from .openai_compat import _Error, _rate_headers, _send, _until_gone
+from .openai_compat import _Error, _send, _until_gone, admit, failer, has_bearer
 from .responses import FAULT_ERRORS, new_request_id
 from .state import FakeProviderState, openai_price_for
 
@@ -107,14 +107,8 @@ async def embeddings(
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     key = headers.get("idempotency-key", "")
 
-    async def fail(error: _Error, extra: list[tuple[str, str]] | None = None) -> None:
-        state.count_status(error.status, epoch)
-        await _send(
-            send, error.status, error.body(), [("x-request-id", request_id), *(extra or [])]
-        )
-
-    bearer = headers.get("authorization", "")
-    if not (bearer.lower().startswith("bearer ") and bearer[7:].strip()):
+    fail = failer(state, send, epoch, request_id)
+    if not has_bearer(headers):
         return await fail(
             _Error(401, "You didn't provide an API key.", kind="invalid_request_error")
         )
@@ -125,35 +119,10 @@ async def embeddings(
     except _Error as error:
         return await fail(error)
     tokens = [_tokens(text) for text in texts]
-    decision = state.take_rate_slot(input_tokens=sum(tokens), max_tokens=0)
-    rate_headers = _rate_headers(decision) if decision else []
-    if decision and not decision.allowed:
-        return await fail(
-            _Error(429, "Rate limit reached for requests.", code="rate_limit_exceeded"),
-            [("retry-after", str(decision.retry_after)), *_rate_headers(decision, spent=True)],
-        )
-    step = state.scripts.take(key)
-    delay = (
-        state.draw_latency() if step is None or step.latency_ms is None else step.delay(state.rng)
-    )
-    if delay:
-        await asyncio.sleep(delay)
-    fault = state.draw_fault() if step is None else step.fault
-    if fault == "insufficient_quota":
-        return await fail(
-            _Error(
-                429,
-                "You exceeded your current quota, please check your plan and billing details.",
-                code="insufficient_quota",
-                kind="insufficient_quota",
-            )
-        )
-    if fault == "429":
-        injected = state.injected_rate_headers()
-        return await fail(
-            _Error(429, "Rate limit reached for requests.", code="rate_limit_exceeded"),
-            [("retry-after", str(injected.retry_after)), *_rate_headers(injected, spent=True)],
-        )
+    drawn = await admit(state, fail, key=key, input_tokens=sum(tokens), max_tokens=0)
+    if drawn is None:
+        return None
+    decision, rate_headers, fault = drawn
     if fault == "overloaded_midstream":
         fault = "503"
     if fault in FAULT_ERRORS:

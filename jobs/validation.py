@@ -11,7 +11,7 @@ from typing import Any
 from api.errors import ValidationFailed
 from jobs.request_params import PARAM_FIELDS, validate_params
 
-__all__ = ["JobRequest", "validate_job_request"]
+__all__ = ["JobRequest", "validate_feature_and_model", "validate_job_request"]
 
 ALLOWED_FIELDS = {
     "feature",
@@ -212,6 +212,26 @@ def _validate_messages(value: Any) -> list[dict[str, Any]]:
     return value
 
 
+def validate_feature_and_model(data: dict[str, Any]) -> tuple[str, str]:
+    """The ``feature`` (a slug) and ``model`` (a name; its price is checked by the service) of a
+    body: a job's, an embeddings request's or a batch's."""
+    feature = data.get("feature")
+    if (
+        not isinstance(feature, str)
+        or len(feature) > MAX_FEATURE_LENGTH
+        or not FEATURE_RE.fullmatch(feature)
+    ):
+        raise _fail(
+            "invalid_feature",
+            "feature must be a lowercase slug (letters, digits, '-', '_'), at most 64 characters.",
+            "feature",
+        )
+    model = data.get("model")
+    if not isinstance(model, str) or not model.strip() or len(model) > 100:
+        raise _fail("unknown_model", "model must name a priced model.", "model")
+    return feature, model
+
+
 def validate_job_request(data: Any) -> JobRequest:
     """Check the shape of a submit body. Model existence and limits are checked by the service,
     which knows the price table."""
@@ -233,21 +253,7 @@ def validate_job_request(data: Any) -> JobRequest:
                 required,
             )
 
-    feature = data.get("feature")
-    if (
-        not isinstance(feature, str)
-        or len(feature) > MAX_FEATURE_LENGTH
-        or not FEATURE_RE.fullmatch(feature)
-    ):
-        raise _fail(
-            "invalid_feature",
-            "feature must be a lowercase slug (letters, digits, '-', '_'), at most 64 characters.",
-            "feature",
-        )
-
-    model = data.get("model")
-    if not isinstance(model, str) or not model.strip() or len(model) > 100:
-        raise _fail("unknown_model", "model must name a priced model.", "model")
+    feature, model = validate_feature_and_model(data)
 
     messages = _validate_messages(data.get("messages"))
 

@@ -65,6 +65,21 @@ def get_client(base_url: str, api_key: str, read_timeout: float, connect_timeout
     return client
 
 
+def _client_for(request: ProviderRequest, base_url: str, api_key: str) -> tuple[Any, Any]:
+    """The process's client of this endpoint, and the call's timeouts (its idle bound)."""
+    client = get_client(
+        base_url,
+        api_key,
+        settings.LLM_STREAM_IDLE_SECONDS,
+        settings.LLM_PROVIDER_CONNECT_TIMEOUT,
+    )
+    timeout = openai.Timeout(
+        request.read_timeout or settings.LLM_STREAM_IDLE_SECONDS,
+        connect=settings.LLM_PROVIDER_CONNECT_TIMEOUT,
+    )
+    return client, timeout
+
+
 class _Reading:
     """What the stream delivered so far."""
 
@@ -135,16 +150,7 @@ def _call(request: ProviderRequest, base_url: str, api_key: str) -> ProviderOutc
             message=f"Not sent: this OpenAI-compatible provider cannot be asked {exc}",
             request_sent=False,
         )
-    client = get_client(
-        base_url,
-        api_key,
-        settings.LLM_STREAM_IDLE_SECONDS,
-        settings.LLM_PROVIDER_CONNECT_TIMEOUT,
-    )
-    timeout = openai.Timeout(
-        request.read_timeout or settings.LLM_STREAM_IDLE_SECONDS,
-        connect=settings.LLM_PROVIDER_CONNECT_TIMEOUT,
-    )
+    client, timeout = _client_for(request, base_url, api_key)
     started = time.monotonic()
     reading = _Reading()
     try:
@@ -210,16 +216,7 @@ def _embed(request: ProviderRequest, base_url: str, api_key: str) -> ProviderOut
             "cancelled", 0, message="Cancelled before the call was sent.", request_sent=False
         )
     body = request.body
-    client = get_client(
-        base_url,
-        api_key,
-        settings.LLM_STREAM_IDLE_SECONDS,
-        settings.LLM_PROVIDER_CONNECT_TIMEOUT,
-    )
-    timeout = openai.Timeout(
-        request.read_timeout or settings.LLM_STREAM_IDLE_SECONDS,
-        connect=settings.LLM_PROVIDER_CONNECT_TIMEOUT,
-    )
+    client, timeout = _client_for(request, base_url, api_key)
     extra: dict[str, Any] = {}
     if body.get("dimensions") is not None:
         extra["dimensions"] = body["dimensions"]
