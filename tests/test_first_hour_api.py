@@ -10,6 +10,7 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from jobs.models import LlmJob
+from keys.models import ApiKey
 from keys.testing import api_key_for
 from tests.conftest import job_body, make_user, submit
 
@@ -36,9 +37,18 @@ def test_every_operation_is_in_the_list():
     assert len(found) >= 15
 
 
-def call(client: APIClient, template: str, method: str, body: Any, *, strip: bool) -> Any:
-    """One operation on a job of its own (a cancel answers 409 for a job already cancelled)."""
-    ids = {"job_id": str(submit(client).id)}
+def call(
+    client: APIClient,
+    template: str,
+    method: str,
+    body: Any,
+    *,
+    strip: bool,
+    ids: dict[str, str] | None = None,
+) -> Any:
+    """One operation on a job of its own (a cancel answers 409 for a job already cancelled);
+    ``ids`` fills the other placeholders (else "1")."""
+    ids = {**(ids or {}), "job_id": str(submit(client).id)}
     path = re.sub(r"\{(\w+)\}", lambda m: ids.get(m.group(1), "1"), template)
     return getattr(client, method)(path.rstrip("/") if strip else path, body, format="json")
 
@@ -53,13 +63,20 @@ def test_every_operation_answers_without_its_trailing_slash_as_with_it(settings,
     staff.save()
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {api_key_for(staff)}")
+    # The revoke and rotate calls act on another user's key (404 both ways), never on the key
+    # this client calls with: as "1" it was this client's own key in a fresh database, and the
+    # operations after the revoke answered 401.
+    other_key = ApiKey.objects.get(
+        prefix=api_key_for(make_user("olga"))[:12], user__username="olga"
+    )
+    ids = {"key_id": str(other_key.id)}
     checked = 0
     for template, method in operations():
         body: dict[str, Any] = job_body() if method in ("post", "put", "patch") else {}
 
         with_slash, without = (
-            call(client, template, method, body, strip=False),
-            call(client, template, method, body, strip=True),
+            call(client, template, method, body, strip=False, ids=ids),
+            call(client, template, method, body, strip=True, ids=ids),
         )
         where = f"{method.upper()} {template.rstrip('/')}"
         assert without.status_code not in (301, 302, 307, 308, 500), (where, without)
