@@ -60,6 +60,10 @@ class JobOutputSerializer(serializers.ModelSerializer):
     cost_usd = serializers.DecimalField(max_digits=16, decimal_places=6, coerce_to_string=True)
     error = serializers.SerializerMethodField()
     duration_ms = serializers.IntegerField(read_only=True, allow_null=True)
+    served_by = serializers.SerializerMethodField(
+        help_text="The model that answered: ``model``, or a fallback of the feature's policy "
+        "(null until the job completes)."
+    )
 
     class Meta:
         model = LlmJob
@@ -68,6 +72,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "status",
             "feature",
             "model",
+            "served_by",
             "kind",
             "concurrency_key",
             "attempts",
@@ -81,6 +86,10 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "cost_usd",
             "error",
         ]
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_served_by(self, job: LlmJob) -> str | None:
+        return job.served_by or None
 
     @extend_schema_field(JobOutputTextSerializer(allow_null=True))
     def get_output(self, job: LlmJob) -> dict | None:

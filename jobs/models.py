@@ -46,6 +46,26 @@ class LlmJob(models.Model):
     )
     feature = models.SlugField(max_length=64)
     model = models.CharField(max_length=100)
+    current_model = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text=(
+            "The model the current or next attempt runs on: ``model``, or a fallback of the "
+            "feature's policy once the job moved (jobs/fallbacks.py)."
+        ),
+    )
+    served_by = models.CharField(
+        max_length=100, blank=True, default="", help_text="The model that answered."
+    )
+    model_failures = models.PositiveSmallIntegerField(
+        default=0, help_text="Transient failures in a row on current_model (a fallback's trigger)."
+    )
+    limiter_wait_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the rate limiter first held it on current_model (a fallback's trigger).",
+    )
     kind = models.CharField(
         max_length=10,
         choices=Kind.choices,
@@ -185,6 +205,18 @@ class LlmJob(models.Model):
         return int((self.completed_at - self.started_at).total_seconds() * 1000)
 
     @property
+    def run_model(self) -> str:
+        """The model its current or next attempt runs on (the ledger, the limiter, budgets and
+        the provider call all use it); ``model`` is what was asked for."""
+        return self.current_model or self.model
+
+    @property
+    def counted_model(self) -> str:
+        """The model a status change is counted under (metrics/): the one the attempt that just
+        ended ran on, when it moved the job to a fallback (``moved_from``), else ``run_model``."""
+        return getattr(self, "moved_from", None) or self.run_model
+
+    @property
     def is_embedding(self) -> bool:
         return self.kind == self.Kind.EMBEDDING
 
@@ -212,9 +244,9 @@ class LlmJob(models.Model):
         """The Messages API body sent for this job; for an embedding job, the Embeddings API's
         (``model``, ``input``, and ``dimensions`` when asked)."""
         if self.is_embedding:
-            return {"model": self.model, "input": list(self.input or []), **(self.params or {})}
+            return {"model": self.run_model, "input": list(self.input or []), **(self.params or {})}
         body: dict = {
-            "model": self.model,
+            "model": self.run_model,
             "max_tokens": self.max_tokens,
             "messages": self.request_messages,
         }

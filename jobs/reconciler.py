@@ -172,7 +172,7 @@ def requeue_waiting_jobs(
     held_models = provider_models(names=set(held))
     _requeue(
         queue,
-        waiting.exclude(model__in=held_models),
+        waiting.exclude(current_model__in=held_models),
         report,
         overdue_cutoff=overdue_cutoff,
         limit=None,
@@ -182,7 +182,7 @@ def requeue_waiting_jobs(
             models = provider_models(names={provider})
             _requeue(
                 queue,
-                waiting.filter(model__in=models),
+                waiting.filter(current_model__in=models),
                 report,
                 overdue_cutoff=overdue_cutoff,
                 limit=1,

@@ -25,6 +25,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 from jobs.breaker import breaker_close, breaker_gate
 from jobs.cancellation import cancel_watched
 from jobs.concurrency_keys import slot_acquire, slot_extend, slot_release
+from jobs.fallbacks import fallback_model, moves_after_wait
 from jobs.live_output import LiveOutput, live_keys_clear
 from jobs.models import LlmJob
 from jobs.retry_policy import classify
@@ -38,6 +39,7 @@ from jobs.services import (
     job_cancel_running,
     job_claim,
     job_complete,
+    job_fall_back,
     job_hold,
 )
 from jobs.timeouts import job_timeout_for
@@ -237,13 +239,22 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
             logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
             return "skipped"
         # Each provider has its own breaker: an open one holds only its own provider's jobs.
-        provider_name = provider_name_for_model(model=waiting.model)
+        provider_name = provider_name_for_model(model=waiting.run_model)
         gate = breaker_gate(provider=provider_name)
         if gate == "open":
+            fallback = fallback_model(waiting)
+            if fallback is not None:
+                job_fall_back(
+                    job_id=waiting.id,
+                    rq_job_id=rq_job_id,
+                    to_model=fallback,
+                    reason=f"the {provider_name} circuit breaker is open",
+                )
+                return "fell_back"
             logger.info("job %s held: the %s circuit breaker is open", job_id, provider_name)
             return "held"
         attempt = waiting.attempts + 1
-        bind_log_context(feature=waiting.feature, model=waiting.model, attempt=attempt)
+        bind_log_context(feature=waiting.feature, model=waiting.run_model, attempt=attempt)
         if waiting.concurrency_key:
             with _concurrency_slot(waiting) as taken:
                 if not taken:
@@ -304,11 +315,27 @@ def _start(
     # a moment goes back on the queue until its slot, using no attempt and making no call.
     grant = rate_limit_acquire(job=waiting, attempt=attempt)
     if grant.hold_seconds is not None:
+        # Waited too long on this model's limits: the feature's next model, if it has one.
+        fallback = (
+            fallback_model(waiting)
+            if moves_after_wait(waiting, hold_seconds=grant.hold_seconds)
+            else None
+        )
+        if fallback is not None:
+            job_fall_back(
+                job_id=waiting.id,
+                rq_job_id=rq_job_id,
+                to_model=fallback,
+                reason=f"the rate limiter would hold it past LLM_FALLBACK_AFTER_WAIT_SECONDS "
+                f"({grant.reason})",
+            )
+            return "fell_back"
         job_hold(
             job_id=waiting.id,
             rq_job_id=rq_job_id,
             delay_seconds=grant.hold_seconds,
             reason=f"rate limit ({grant.reason})",
+            limiter=True,
         )
         return "rate_limited"
     # The attempt's worst case is reserved against every budget before the claim: a job that
@@ -338,7 +365,7 @@ def _attempt(
     started: float | None = None,
 ) -> str:
     release_connection()  # no connection is held while the provider answers
-    provider = provider_for(job.model)
+    provider = provider_for(job.run_model)
     deadline = CallDeadline(provider.call_deadline_for(job.max_tokens))
     record = _RecordWindow(job=job, started=time.monotonic() if started is None else started)
     live = LiveOutput(job_id=job.id, user_id=job.user_id, attempt=job.attempts)

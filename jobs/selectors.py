@@ -44,7 +44,7 @@ def job_oldest_overdue_retry(
     ``exclude_models``: models whose jobs wait on purpose (their provider's breaker is open)."""
     overdue = LlmJob.objects.filter(status=LlmJob.Status.RETRYING, next_attempt_at__lt=due_before)
     if exclude_models:
-        overdue = overdue.exclude(model__in=exclude_models)
+        overdue = overdue.exclude(current_model__in=exclude_models)
     return overdue.order_by("next_attempt_at").first()
 
 

@@ -41,6 +41,7 @@ from jobs.admission import (
 )
 from jobs.cancellation import cancel_signal_on_commit
 from jobs.dead_letter import DeadLetter, dead_letter_attach
+from jobs.fallbacks import moves_after_failure
 from jobs.models import LlmJob
 from jobs.retry_policy import Classification, decide
 from jobs.selectors import jobs_runnable
@@ -72,6 +73,7 @@ __all__ = [
     "job_complete",
     "job_enqueue",
     "job_enqueue_again",
+    "job_fall_back",
     "job_hold",
     "job_recover",
     "job_requeue",
@@ -270,6 +272,7 @@ def job_build(
         api_key_id=api_key_id,
         feature=request.feature,
         model=request.model,
+        current_model=request.model,
         kind=request.kind,
         input=request.input,
         messages=request.messages,
@@ -331,6 +334,7 @@ def job_claim(
             started_at=Coalesce(F("started_at"), now),
             heartbeat_at=now,
             next_attempt_at=None,
+            limiter_wait_since=None,
         ):
             return None
         if reservation is not None and not budget_claim(reservation=reservation):
@@ -346,6 +350,7 @@ def job_claim(
             job.started_at = job.started_at or now
             job.heartbeat_at = now
             job.next_attempt_at = None
+            job.limiter_wait_since = None
         transition_committed(job, Transition.CLAIMED)
     return job
 
@@ -413,6 +418,7 @@ def job_complete(*, job_id: uuid.UUID, attempt: int, result: SuccessResult) -> L
     job.status = LlmJob.Status.COMPLETED
     job.completed_at = timezone.now()
     job.next_attempt_at = None
+    job.served_by = job.run_model
     job.output_text = result.text
     job.output_content = result.content
     job.stop_reason = result.stop_reason
@@ -427,6 +433,7 @@ def job_complete(*, job_id: uuid.UUID, attempt: int, result: SuccessResult) -> L
     job.save(
         update_fields=[
             *_ENDED_WITH_OUTPUT,
+            "served_by",
             "rq_job_id",
             "error_code",
             "error_http_status",
@@ -497,8 +504,29 @@ def _end_failed_attempt(job: LlmJob, failure: AttemptFailure, *, via: Transition
         attempts_in_budget=job.budget_attempts,
         retry_after=failure.retry_after,
     )
+    account_wide = breaker.is_account_wide(reason)
+    if failure.classification.transient:
+        job.model_failures += 1
+    if account_wide:
+        # Opened first, so that the move below skips every model of this provider too.
+        breaker.breaker_open(
+            reason_code=reason,
+            message=failure.record.message,
+            job=job,
+            provider=provider_name_for_model(model=job.run_model),
+            answered_at=failure.answered_at,
+        )
+    move_to = None
+    if job.cancel_requested_at is None:
+        move_to = moves_after_failure(
+            job,
+            transient=failure.classification.transient,
+            account_wide=account_wide,
+            retries_exhausted=decision.retries_exhausted,
+        )
     failure.record.reason_code = reason
-    failure.record.retry_delay_seconds = decision.delay_seconds
+    failure.record.retry_delay_seconds = 0.0 if move_to else decision.delay_seconds
+    # Booked at the model this attempt ran on, before the job moves.
     entry = cost_entry_record_attempt(job=job, attempt=job.attempts, record=failure.record)
     job.cost_usd = job.cost_usd + entry.cost_usd
     job.error_code = reason
@@ -506,7 +534,21 @@ def _end_failed_attempt(job: LlmJob, failure: AttemptFailure, *, via: Transition
     job.error_message = failure.record.message[:2000]
     job.error_severity = failure.classification.severity
     fields = ["status", "cost_usd", "error_code", "error_http_status", "error_message"]
-    fields += ["error_severity", "next_attempt_at"]
+    fields += ["error_severity", "next_attempt_at", "model_failures"]
+    if move_to is not None:
+        logger.warning(
+            "job %s falls back from %s to %s after %s",
+            job.id,
+            job.run_model,
+            move_to,
+            reason,
+            extra={"job_id": str(job.id), "fallback_model": move_to},
+        )
+        # Its "retrying" is counted under the model this attempt ran on, as its ledger row.
+        job.moved_from = job.run_model  # type: ignore[attr-defined]
+        _move_to(job, move_to)
+        fields += ["current_model", "retry_counts", "limiter_wait_since"]
+        return _schedule_retry(job, at=timezone.now(), fields=fields, via=via)
     if decision.retry and job.cancel_requested_at is not None:
         # Cancelled while this attempt ran (its worker failed or died before it saw the
         # cancel): it ends here instead of being retried.
@@ -523,14 +565,6 @@ def _end_failed_attempt(job: LlmJob, failure: AttemptFailure, *, via: Transition
         at = timezone.now() + timedelta(seconds=decision.delay_seconds)
         return _schedule_retry(job, at=at, fields=[*fields, "retry_counts"], via=via)
 
-    if breaker.is_account_wide(reason):
-        breaker.breaker_open(
-            reason_code=reason,
-            message=failure.record.message,
-            job=job,
-            provider=provider_name_for_model(model=job.model),
-            answered_at=failure.answered_at,
-        )
     return _dead_letter(
         job,
         fields=fields,
@@ -588,7 +622,12 @@ def job_budget_refused(
 
 @transaction.atomic
 def job_hold(
-    *, job_id: uuid.UUID | str, rq_job_id: str | None, delay_seconds: float, reason: str
+    *,
+    job_id: uuid.UUID | str,
+    rq_job_id: str | None,
+    delay_seconds: float,
+    reason: str,
+    limiter: bool = False,
 ) -> LlmJob | None:
     """A waiting job that may not start yet (a rate limit's next slot, its concurrency key held
     by another job) goes back on the queue after ``delay_seconds`` under a fresh RQ job id.
@@ -596,13 +635,58 @@ def job_hold(
     No attempt is used and no ledger row written; the status does not change, so there is no
     transition. A ``retrying`` job's ``next_attempt_at`` moves to the new time, so the reconciler
     does not take it for an overdue retry. Returns None when the job moved on meanwhile.
+
+    ``limiter``: the rate limiter holds it; the first such hold on its model is remembered
+    (``limiter_wait_since``), for the fallback after ``LLM_FALLBACK_AFTER_WAIT_SECONDS``.
     """
     job = LlmJob.objects.select_for_update().get(id=job_id)
     if job.status not in LlmJob.WAITING_STATUSES or (
         rq_job_id is not None and job.rq_job_id != rq_job_id
     ):
         return None
+    if limiter and job.limiter_wait_since is None:
+        job.limiter_wait_since = timezone.now()
+        job.save(update_fields=["limiter_wait_since"])
     return _hold(job, delay_seconds=delay_seconds, reason=reason)
+
+
+@transaction.atomic
+def job_fall_back(
+    *, job_id: uuid.UUID | str, rq_job_id: str | None, to_model: str, reason: str
+) -> LlmJob | None:
+    """A waiting job moves to its feature's next model (jobs/fallbacks.py) and goes back on the
+    queue at once: its provider's breaker is open, or the limiter would hold it too long. No
+    attempt is used; the status does not change. None when the job moved on meanwhile."""
+    job = LlmJob.objects.select_for_update().get(id=job_id)
+    if job.status not in LlmJob.WAITING_STATUSES or (
+        rq_job_id is not None and job.rq_job_id != rq_job_id
+    ):
+        return None
+    logger.warning(
+        "job %s falls back from %s to %s: %s",
+        job.id,
+        job.run_model,
+        to_model,
+        reason,
+        extra={"job_id": str(job.id), "fallback_model": to_model},
+    )
+    _move_to(job, to_model)
+    fields = ["current_model", "model_failures", "retry_counts", "limiter_wait_since"]
+    if job.status == LlmJob.Status.RETRYING:
+        job.next_attempt_at = timezone.now()
+        fields.append("next_attempt_at")
+    job.save(update_fields=fields)
+    job_enqueue(job=job)
+    return job
+
+
+def _move_to(job: LlmJob, model: str) -> None:
+    """The job's next attempts run on ``model``, with that model's own retry schedule (the
+    global ``LLM_MAX_ATTEMPTS`` still bounds the whole job). Fields only: the caller saves."""
+    job.current_model = model
+    job.model_failures = 0
+    job.retry_counts = {}
+    job.limiter_wait_since = None
 
 
 def _hold(job: LlmJob, *, delay_seconds: float, reason: str) -> LlmJob:
@@ -743,6 +827,10 @@ def job_requeue(*, job: LlmJob, model: str | None = None) -> bool:
         changes["model"] = model
     updated = LlmJob.objects.filter(id=job.id, status=LlmJob.Status.FAILED).update(
         status=LlmJob.Status.QUEUED,
+        # A fresh start: its own model first again, the fallbacks after it.
+        current_model=changes.get("model", job.model),
+        model_failures=0,
+        limiter_wait_since=None,
         cancel_requested_at=None,
         budget_attempts=0,
         retry_counts={},
@@ -754,7 +842,7 @@ def job_requeue(*, job: LlmJob, model: str | None = None) -> bool:
         error_severity="",
         **changes,
     )
-    failed_reason = job.error_code
+    failed_reason, failed_on = job.error_code, job.run_model
     job.refresh_from_db()
     if updated:
         # Notified before the push, so the "queued" event leaves before a worker's "running".
@@ -766,7 +854,7 @@ def job_requeue(*, job: LlmJob, model: str | None = None) -> bool:
             # Requeuing a job the account-wide failure dead-lettered says "fixed, try again";
             # if it is not fixed, this job opens the breaker again at its first call.
             breaker.breaker_close(
-                provider=provider_name_for_model(model=job.model),
+                provider=provider_name_for_model(model=failed_on),
                 reason=f"job {job.id} ({failed_reason}) requeued",
             )
     return bool(updated)

@@ -279,7 +279,7 @@ def budget_reserve(*, job: "LlmJob", attempt: int) -> BudgetRefusal | Reservatio
     budgets = budgets_for(feature=job.feature, user_id=job.user_id, api_key_id=job.api_key_id)
     if not budgets:
         return Reservation(token=None)
-    price = price_for_model(model=job.model)
+    price = price_for_model(model=job.run_model)
     amount = Decimal(0)
     if price is not None:
         amount = upper_bound_cost(

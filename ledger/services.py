@@ -58,7 +58,7 @@ class AttemptRecord:
 def job_upper_bound_cost(*, job: "LlmJob") -> Decimal:
     """The most one attempt of this job can cost at today's price (0 without a price); what
     ``budget_reserve`` holds for it."""
-    price = price_for_model(model=job.model)
+    price = price_for_model(model=job.run_model)
     if price is None:
         return Decimal(0)
     return upper_bound_cost(
@@ -75,7 +75,7 @@ def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRec
     # The price its budget reservation was computed with when this attempt started (so a price
     # edited during the call cannot book more than was held), else the price in force now:
     # either way the rate of this attempt, not of the job's first.
-    price = budget_reserved_price(job=job, attempt=attempt) or price_for_model(model=job.model)
+    price = budget_reserved_price(job=job, attempt=attempt) or price_for_model(model=job.run_model)
     estimated = False
     if record.outcome == CostEntry.Outcome.SUCCESS:
         cost = attempt_cost(price, record.usage) if price else Decimal(0)
@@ -167,7 +167,7 @@ def _create_row(
         corrects=corrects,
         # A correction books against the attempt as it ran, whatever the job became since.
         feature=corrects.feature if corrects else job.feature,
-        model=corrects.model if corrects else job.model,
+        model=corrects.model if corrects else job.run_model,
         provider=corrects.provider
         if corrects
         else (price.provider_name if price else DEFAULT_PROVIDER),

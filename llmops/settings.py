@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "loops",
     "keys",
     "embeddings",
+    "features",
 ]
 
 MIDDLEWARE = [
@@ -327,6 +328,11 @@ LLM_BREAKER_ENABLED = env.switch("LLM_BREAKER_ENABLED", True)
 # One call every 30 s is no load, and dispatch resumes within about a minute of a fix.
 LLM_BREAKER_PROBE_SECONDS = env.number("LLM_BREAKER_PROBE_SECONDS", 30.0, minimum=1.0)
 LLM_OVERDUE_RETRY_ALERT_SECONDS = env.number("LLM_OVERDUE_RETRY_ALERT_SECONDS", 120.0, minimum=0.0)
+# Fallbacks (features/, jobs/fallbacks.py): two transient failures in a row on one model say it
+# is in trouble (a 529 storm lasts minutes), not a blip its own retry schedule rides out.
+LLM_FALLBACK_AFTER_ATTEMPTS = env.integer("LLM_FALLBACK_AFTER_ATTEMPTS", 2, minimum=1)
+# A limiter wait this long (a full minute's window is 60 s) is better spent on the next model.
+LLM_FALLBACK_AFTER_WAIT_SECONDS = env.number("LLM_FALLBACK_AFTER_WAIT_SECONDS", 30.0, minimum=0.0)
 
 # --- Rate limits (ratelimits/, checked in ratelimits/checks.py) ------------------------------
 LLM_RATE_LIMIT_ENABLED = env.switch("LLM_RATE_LIMIT_ENABLED", True)

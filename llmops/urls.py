@@ -29,6 +29,7 @@ urlpatterns = [
     path("api/v1/keys/", include("keys.urls")),
     path("api/v1/jobs/", include("jobs.urls")),
     path("api/v1/embeddings/", include("embeddings.urls")),
+    path("api/v1/features/", include("features.urls")),
     path("api/v1/failures/", include("dlq.urls")),
     path("api/v1/", include("ledger.budget_urls")),
     path("api/v1/costs/", include("ledger.urls")),

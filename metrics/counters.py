@@ -180,14 +180,16 @@ def count_cost_entry(entry: "CostEntry") -> None:
 def count_job_status(job: "LlmJob") -> None:
     """Count a job entering its (new) status. Call in the transaction of the transition."""
     _add(
-        JobCounter, {"feature": job.feature, "model": job.model, "status": job.status}, {"jobs": 1}
+        JobCounter,
+        {"feature": job.feature, "model": job.counted_model, "status": job.status},
+        {"jobs": 1},
     )
 
 
 def count_job_statuses(jobs: Iterable["LlmJob"]) -> None:
     """``count_job_status`` for many jobs at once (a batch's submit): one statement per
     feature, model and status, however many jobs. Call in the transaction of the transition."""
-    counts = Counter((job.feature, job.model, job.status) for job in jobs)
+    counts = Counter((job.feature, job.counted_model, job.status) for job in jobs)
     # In one order, so that two bulk transitions never take two label sets in opposite orders.
     for (feature, model, status), jobs_entering in sorted(counts.items()):
         _add(

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db.models import Case, Count, IntegerField, Q, Sum, Value, When
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Coalesce, NullIf
 
 from metrics.counters import attempt_outcome
 from metrics.models import (
@@ -180,8 +181,11 @@ def ledger_totals() -> Totals:
         for row in queryset.order_by().values(feature, model).annotate(n=Count("pk")):
             totals.jobs[(row[feature], row[model], status)] += row["n"]
 
-    jobs("completed", LlmJob.objects.filter(status="completed"), "feature", "model")
-    jobs("cancelled", LlmJob.objects.filter(status="cancelled"), "feature", "model")
+    # A job is counted under the model it ran on: a fallback's once it moved (jobs/fallbacks.py).
+    served = LlmJob.objects.annotate(ran=Coalesce(NullIf("served_by", Value("")), "model"))
+    current = LlmJob.objects.annotate(ran=Coalesce(NullIf("current_model", Value("")), "model"))
+    jobs("completed", served.filter(status="completed"), "feature", "ran")
+    jobs("cancelled", current.filter(status="cancelled"), "feature", "ran")
     records = FailureRecord.objects.annotate(
         snapshot_model=KeyTextTransform("model", "request_snapshot")
     )
@@ -192,7 +196,7 @@ def ledger_totals() -> Totals:
     # running: every claim left a ledger attempt row, or is running now.
     attempts = CostEntry.objects.filter(is_attempt)
     jobs("running", attempts, "feature", "model")
-    jobs("running", LlmJob.objects.filter(status="running"), "feature", "model")
+    jobs("running", current.filter(status="running"), "feature", "ran")
     # retrying: every attempt that led to a retry says after what delay.
     jobs("retrying", attempts.filter(retry_delay_seconds__isnull=False), "feature", "model")
     return totals

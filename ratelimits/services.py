@@ -72,7 +72,7 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
     a longer wait returns a hold instead, for ``job_hold``.
     """
     # Each provider has its own limiter: its windows, learned limits and 429 pauses.
-    provider, model = provider_name_for_model(model=job.model), job.model
+    provider, model = provider_name_for_model(model=job.run_model), job.run_model
     if not settings.LLM_RATE_LIMIT_ENABLED:
         return RateLimitGrant(provider, model, None)
     reservation_id = f"{job.id}:{attempt}"

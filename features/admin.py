@@ -1,0 +1,61 @@
+"""The feature policies in the admin: a form whose fallback list is checked by the same rule as
+the API (features/services.py)."""
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+
+from api.errors import ApplicationError
+from features.models import FeaturePolicy
+from features.services import feature_policy_update, validate_fallback_models
+
+
+class FeaturePolicyForm(forms.ModelForm):
+    fallback_models = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One priced model per line (or comma-separated), tried in this order.",
+    )
+
+    class Meta:
+        model = FeaturePolicy
+        fields = ["feature", "fallback_models"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["fallback_models"] = "\n".join(self.instance.fallback_models or [])
+
+    def clean_fallback_models(self) -> list[str]:
+        raw = self.cleaned_data.get("fallback_models") or ""
+        names = [n.strip() for n in raw.replace(",", "\n").splitlines() if n.strip()]
+        try:
+            return validate_fallback_models(names)
+        except ApplicationError as error:
+            raise forms.ValidationError(error.message) from error
+
+
+@admin.register(FeaturePolicy)
+class FeaturePolicyAdmin(admin.ModelAdmin):
+    form = FeaturePolicyForm
+    list_display = ["feature", "fallback_list", "updated_at", "updated_by"]
+    list_select_related = ["updated_by"]
+    search_fields = ["feature"]
+
+    @admin.display(description="fallback models")
+    def fallback_list(self, policy: FeaturePolicy) -> str:
+        return " → ".join(policy.fallback_models or []) or "—"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["feature"] if obj is not None else []
+
+    def save_model(self, request: HttpRequest, obj: FeaturePolicy, form: Any, change: bool) -> None:
+        # The one write path (features/services.py), as the API's PUT.
+        saved = feature_policy_update(
+            feature=obj.feature,
+            fallback_models=form.cleaned_data["fallback_models"],
+            by=request.user,  # type: ignore[arg-type]
+        )
+        obj.pk, obj.updated_at = saved.pk, saved.updated_at

@@ -1,0 +1,37 @@
+"""Per-feature settings, one home: a feature's policy (its fallback models now; later defaults
+beside them). A feature without a row has the defaults: no fallback."""
+
+from django.conf import settings
+from django.db import models
+
+
+class FeaturePolicy(models.Model):
+    """What a feature's jobs may do beyond their own request: the models they move to, in order,
+    when their model's provider is out (jobs/fallbacks.py)."""
+
+    feature = models.SlugField(max_length=64, unique=True)
+    fallback_models = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            "Priced models tried in order after the job's own model: when its provider's "
+            "breaker is open, after LLM_FALLBACK_AFTER_ATTEMPTS transient failures on it, or "
+            "when the limiter cannot admit it within LLM_FALLBACK_AFTER_WAIT_SECONDS."
+        ),
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    class Meta:
+        ordering = ["feature"]
+        verbose_name = "feature policy"
+        verbose_name_plural = "feature policies"
+
+    def __str__(self) -> str:
+        return self.feature

@@ -1,0 +1,81 @@
+"""Writes of the feature policies: one service, used by the API, the admin and scripts."""
+
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.utils.text import slugify
+
+from api.errors import ValidationFailed
+from features.models import FeaturePolicy
+from ledger.selectors import price_for_model, unknown_model_error
+
+__all__ = ["MAX_FALLBACK_MODELS", "feature_policy_update", "validate_fallback_models"]
+
+MAX_FALLBACK_MODELS = 5
+"""Each fallback is tried after its predecessor gave up: five deep is already a long detour."""
+
+
+def validate_feature(feature: Any) -> str:
+    if not isinstance(feature, str) or not feature or slugify(feature) != feature:
+        raise ValidationFailed(
+            "A feature is a slug: lowercase letters, digits, '-' and '_'.",
+            code="invalid_feature",
+            detail={"field": "feature"},
+        )
+    if len(feature) > 64:
+        raise ValidationFailed(
+            "A feature is at most 64 characters.",
+            code="invalid_feature",
+            detail={"field": "feature"},
+        )
+    return feature
+
+
+def validate_fallback_models(value: Any) -> list[str]:
+    """A list of distinct priced models, at most ``MAX_FALLBACK_MODELS``; a typo is refused
+    with the nearest priced name (``unknown_model``)."""
+    if not isinstance(value, list) or not all(isinstance(m, str) and m for m in value):
+        raise ValidationFailed(
+            "fallback_models must be a list of model names.",
+            code="invalid_fallback_models",
+            detail={"field": "fallback_models"},
+        )
+    if len(value) > MAX_FALLBACK_MODELS:
+        raise ValidationFailed(
+            f"fallback_models lists at most {MAX_FALLBACK_MODELS} models.",
+            code="invalid_fallback_models",
+            detail={"field": "fallback_models", "maximum": MAX_FALLBACK_MODELS},
+        )
+    if len(set(value)) != len(value):
+        raise ValidationFailed(
+            "fallback_models lists a model twice.",
+            code="invalid_fallback_models",
+            detail={"field": "fallback_models"},
+        )
+    for model in value:
+        if price_for_model(model=model) is None:
+            error = unknown_model_error(model)
+            error.detail = {**(error.detail or {}), "field": "fallback_models"}
+            raise error
+    return list(value)
+
+
+@transaction.atomic
+def feature_policy_update(
+    *, feature: str, fallback_models: list[str], by: User | None = None
+) -> FeaturePolicy:
+    """Create or replace a feature's policy. Jobs already waiting follow it from their next
+    move on; a job's own model always comes first."""
+    feature = validate_feature(feature)
+    models = validate_fallback_models(fallback_models)
+    try:
+        with transaction.atomic():
+            policy, _ = FeaturePolicy.objects.get_or_create(feature=feature)
+    except IntegrityError:  # a concurrent first PUT of the same feature inserted it
+        policy = FeaturePolicy.objects.get(feature=feature)
+    policy = FeaturePolicy.objects.select_for_update().get(id=policy.id)
+    policy.fallback_models = models
+    policy.updated_by = by
+    policy.save()
+    return policy
