@@ -19,6 +19,7 @@ from batches.models import Batch, BatchItem
 from batches.services import batch_submit
 from dlq.models import BulkRequeue, FailureRecord
 from dlq.services import failure_record_create
+from features.models import FeaturePolicy
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.services import job_submit
 from keys.models import ApiKey
@@ -166,6 +167,10 @@ ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
         _gone(Budget),
     ),
     ("ledger.ModelPrice", "delete_selected"): (_price, _gone(ModelPrice)),
+    ("features.FeaturePolicy", "delete_selected"): (
+        lambda world: FeaturePolicy.objects.create(feature=_name()),
+        _gone(FeaturePolicy),
+    ),
     ("dlq.FailureRecord", "delete_selected"): (_failure, _gone(FailureRecord)),
     ("dlq.BulkRequeue", "delete_selected"): (
         lambda world: BulkRequeue.objects.create(description=_name()),

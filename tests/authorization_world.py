@@ -43,6 +43,7 @@ from batches.services import batch_submit
 from dlq.models import BulkRequeue
 from dlq.services import failure_record_create
 from embeddings.validation import validate_embedding_request
+from features.models import FeaturePolicy
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.services import job_submit
 from keys.models import ApiKey
@@ -230,6 +231,7 @@ def build_world() -> World:
         prefix=api_key_for(owner, name=MARK, scopes=["jobs:read"])[:12], user=owner
     )
     group = Group.objects.create(name=MARK)
+    feature_policy = FeaturePolicy.objects.create(feature=MARK, fallback_models=[])
     victim_user = User.objects.create(username=f"{MARK}-user")
     world.objects = {
         "queued": queued,
@@ -252,6 +254,7 @@ def build_world() -> World:
         "demo_email": demo_email,
         "victim_user": victim_user,
         "api_key": api_key,
+        "feature_policy": feature_policy,
     }
     queue_index = sorted(settings.RQ_QUEUES).index(DEFAULT_QUEUE)
     world.ids = {
@@ -280,6 +283,8 @@ def build_world() -> World:
         "demo_email": str(demo_email.id),
         "user": str(victim_user.id),
         "api_key": str(api_key.id),
+        "feature": MARK,
+        "feature_policy": str(feature_policy.id),
         "owner": str(owner.id),
         "user_ct": str(_content_type_id(User)),
         "queue": str(queue_index),

@@ -96,6 +96,10 @@ TABLE: list[Door] = [
     D("api", "GET /api/v1/failures/", "dlq.view_failurerecord", 403, 403, 401, 403, "200+"),
     D("api", "POST /api/v1/failures/{failure}/requeue/", "dlq.requeue_failurerecord", 403, 403, 401, 403, 200),
     D("api", "POST /api/v1/failures/{failure}/resolve/", "dlq.resolve_failurerecord", 403, 403, 401, 403, 200),
+    # Feature policies: staff with the view (or change) permission read, the change one writes
+    D("api", "GET /api/v1/features/", "features.view_featurepolicy", 403, 403, 401, 403, "200+"),
+    D("api", "GET /api/v1/features/{feature}/", "features.view_featurepolicy", 403, 403, 401, 403, "200+"),
+    D("api", "PUT /api/v1/features/{feature}/", "features.change_featurepolicy", 403, 403, 401, 403, 200),
     # --- batches and pipelines: the owner's, or a staff member's holding the permission --------
     D("api", "GET /api/v1/batches/", "batches.view_batch", "200+", "200-", 401, "200-", "200-"),
     D("api", "POST /api/v1/batches/", "batches.add_batch", 202, 202, 401, 202, 202),
@@ -176,6 +180,12 @@ TABLE: list[Door] = [
     D("admin", "GET /admin/ledger/modelprice/{price}/history/", "ledger.view_modelprice", L, L, L, 403, 200),
     D("admin", "GET /admin/ledger/modelprice/{price}/", "ledger.view_modelprice", L, L, L, 302, 302),
     # --- admin: alerts and the DLQ -----------------------------------------------------------
+    D("admin", "GET /admin/features/featurepolicy/", "features.view_featurepolicy", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/features/featurepolicy/add/", "features.add_featurepolicy", L, L, L, 403, 200),
+    D("admin", "GET /admin/features/featurepolicy/{feature_policy}/change/", "features.view_featurepolicy", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/features/featurepolicy/{feature_policy}/delete/", "features.delete_featurepolicy", L, L, L, 403, 200),
+    D("admin", "GET /admin/features/featurepolicy/{feature_policy}/history/", "features.view_featurepolicy", L, L, L, 403, 200),
+    D("admin", "GET /admin/features/featurepolicy/{feature_policy}/", "features.view_featurepolicy", L, L, L, 302, 302),
     D("admin", "GET /admin/dlq/failurerecord/", "dlq.view_failurerecord", L, L, L, 403, "200+"),
     D("admin", "GET /admin/dlq/failurerecord/add/", "dlq.add_failurerecord", L, L, L, 403, 403),
     D("admin", "GET /admin/dlq/failurerecord/{failure}/change/", "dlq.view_failurerecord", L, L, L, 403, "200+"),
@@ -323,6 +333,7 @@ TABLE: list[Door] = [
     D("action", "jobs.ProviderBreaker delete_selected", "jobs.delete_providerbreaker", "refused", "refused", "refused", "refused", "refused", has="jobs.view_providerbreaker"),
     D("action", "ledger.CostEntry delete_selected", "ledger.delete_costentry", "refused", "refused", "refused", "refused", "refused", has="ledger.view_costentry"),
     D("action", "ledger.Budget delete_selected", "ledger.delete_budget", "refused", "refused", "refused", "refused", "done", has="ledger.view_budget"),
+    D("action", "features.FeaturePolicy delete_selected", "features.delete_featurepolicy", "refused", "refused", "refused", "refused", "done", has="features.view_featurepolicy"),
     D("action", "ledger.ModelPrice delete_selected", "ledger.delete_modelprice", "refused", "refused", "refused", "refused", "done", has="ledger.view_modelprice"),
     D("action", "dlq.FailureRecord delete_selected", "dlq.delete_failurerecord", "refused", "refused", "refused", "refused", "refused", has="dlq.view_failurerecord"),
     D("action", "dlq.BulkRequeue delete_selected", "dlq.delete_bulkrequeue", "refused", "refused", "refused", "refused", "refused", has="dlq.view_bulkrequeue"),
@@ -401,6 +412,7 @@ POST_BODIES = {
     "/api/v1/agent-runs/": {k: JOB_BODY[k] for k in ("feature", "model", "messages", "max_tokens")},
     "/api/v1/agent-runs/{agent_run}/approvals/{agent_call}/": {"approve": True},
     "/api/v1/keys/": {"name": "ops", "scopes": ["admin"]},  # no more than the admin-only key
+    "/api/v1/features/{feature}/": {"fallback_models": ["claude-haiku-4-5"]},
 }
 """What a row's POST sends (a valid submit, so that 202 means "let in and accepted")."""
 
@@ -425,7 +437,8 @@ def test_http_door(door: Door, world: World, settings: Any) -> None:
                 response = client.get(path)
             elif api:
                 body = POST_BODIES.get(path, POST_BODIES.get(template, {}))
-                response = client.post(path, body, content_type="application/json")
+                send = client.put if method == "PUT" else client.post
+                response = send(path, body, content_type="application/json")
             else:
                 response = client.post(path, {})
             seen[actor] = observe(response, expected)
@@ -470,6 +483,7 @@ SCOPES: dict[str | None, list[str]] = {
     "admin": [
         "GET /api/v1/budgets/", "GET /api/v1/budgets/{budget}/", "GET /api/v1/failures/",
         "POST /api/v1/failures/{failure}/requeue/", "POST /api/v1/failures/{failure}/resolve/",
+        "GET /api/v1/features/", "GET /api/v1/features/{feature}/", "PUT /api/v1/features/{feature}/",
         "GET /api/v1/keys/", "POST /api/v1/keys/", "POST /api/v1/keys/{api_key}/revoke/",
         "POST /api/v1/keys/{api_key}/rotate/",
     ],
@@ -512,7 +526,8 @@ def test_scope_door(door: Door, world: World) -> None:
                 response = client.get(path)
             else:
                 body = POST_BODIES.get(path, POST_BODIES.get(template, {}))
-                response = client.post(path, body, content_type="application/json")
+                send = client.put if method == "PUT" else client.post
+                response = send(path, body, content_type="application/json")
             seen[case] = observe(response, expected)
             if case == "all but":
                 assert response.status_code == 403, response.content
