@@ -6,11 +6,12 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx
 import pytest
+from anthropic.types.messages.batch_create_params import Request
 
 from tests.conftest import FakeProvider
 
@@ -35,9 +36,9 @@ def configure(fake: FakeProvider, **body: Any) -> None:
     assert response.status_code == 200, response.text
 
 
-def request(custom_id: str, text: str = "", model: str = MODEL, **params: Any) -> dict[str, Any]:
+def request(custom_id: str, text: str = "", model: str = MODEL, **params: Any) -> Request:
     content = text or f"Classify ticket {custom_id}"
-    return {
+    body = {
         "custom_id": custom_id,
         "params": {
             "model": model,
@@ -46,6 +47,7 @@ def request(custom_id: str, text: str = "", model: str = MODEL, **params: Any) -
             **params,
         },
     }
+    return cast(Request, body)
 
 
 def wait_until(check: Callable[[], Any], seconds: float = 20, what: str = "it") -> Any:
@@ -82,7 +84,7 @@ def test_it_creates_a_batch_that_ends_with_every_request_succeeded(
     client: anthropic.Anthropic, fake: FakeProvider
 ) -> None:
     raw = client.messages.batches.with_raw_response.create(
-        requests=[request(f"ticket-{i}") for i in range(6)]  # type: ignore[misc]
+        requests=[request(f"ticket-{i}") for i in range(6)]
     )
     assert raw.status_code == 200 and raw.headers["request-id"].startswith("req_")
     batch = raw.parse()
@@ -108,12 +110,28 @@ def test_it_creates_a_batch_that_ends_with_every_request_succeeded(
     assert fake.stats()["requests"] == 0  # the Messages API's counters are its own
 
 
+def test_its_counts_move_from_processing_to_succeeded_as_items_end(
+    client: anthropic.Anthropic, fake: FakeProvider
+) -> None:
+    configure(fake, batch_processing_seconds=5)  # an item ends every half second
+    created = client.messages.batches.create(requests=[request(f"p-{i}") for i in range(10)])
+
+    def partway() -> Any:
+        counts = client.messages.batches.retrieve(created.id).request_counts
+        return counts if 0 < counts.succeeded < 10 else None
+
+    counts = wait_until(partway, what="a batch partway through")
+    assert counts.processing == 10 - counts.succeeded
+    assert len(billing(fake)) >= counts.succeeded  # each item is billed as it ends
+    assert ended(client, created.id).request_counts.succeeded == 10
+
+
 def test_its_results_are_jsonl_lines_with_the_answer_the_messages_api_gives(
     client: anthropic.Anthropic, fake: FakeProvider
 ) -> None:
     texts = {f"q-{i}": f"Summarise order number {i}" for i in range(5)}
     created = client.messages.batches.create(
-        requests=[request(custom_id, text) for custom_id, text in texts.items()]  # type: ignore[misc]
+        requests=[request(custom_id, text) for custom_id, text in texts.items()]
     )
     ended(client, created.id)
     results = {line.custom_id: line.result for line in client.messages.batches.results(created.id)}
@@ -143,7 +161,7 @@ def test_shares_of_its_items_end_errored_or_expired_and_bill_nothing(
     configure(fake, batch_errored_rate=0.3, batch_expired_rate=0.3)
     requests = [request(f"item-{i}") for i in range(40)]
     requests.append(request("unknown-model", model="claude-nonexistent"))
-    created = client.messages.batches.create(requests=requests)  # type: ignore[arg-type]
+    created = client.messages.batches.create(requests=requests)
     counts = ended(client, created.id).request_counts
     assert counts.succeeded + counts.errored + counts.expired == 41
     assert counts.succeeded > 0 and counts.errored > 1 and counts.expired > 0
@@ -176,9 +194,7 @@ def test_a_canceled_batch_goes_canceling_then_ended_with_its_items_canceled(
     client: anthropic.Anthropic, fake: FakeProvider
 ) -> None:
     configure(fake, batch_processing_seconds=3600)  # nothing ends on its own during the test
-    created = client.messages.batches.create(
-        requests=[request(f"slow-{i}") for i in range(4)]  # type: ignore[misc]
-    )
+    created = client.messages.batches.create(requests=[request(f"slow-{i}") for i in range(4)])
     canceling = client.messages.batches.cancel(created.id)
     assert canceling.processing_status == "canceling"
     assert canceling.cancel_initiated_at is not None and canceling.ended_at is None
@@ -194,14 +210,14 @@ def test_a_canceled_batch_goes_canceling_then_ended_with_its_items_canceled(
     assert fake.stats()["billed"]["cost_usd"] == "0"
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.batches.cancel(created.id)
-    assert "already ended" in caught.value.api_message
+    assert "already ended" in str(caught.value.api_message)
 
 
 def test_it_refuses_results_and_deletion_before_the_batch_ends(
     client: anthropic.Anthropic, fake: FakeProvider
 ) -> None:
     configure(fake, batch_processing_seconds=3600)
-    created = client.messages.batches.create(requests=[request("a")])  # type: ignore[list-item]
+    created = client.messages.batches.create(requests=[request("a")])
     with pytest.raises(anthropic.AnthropicError, match="results_url"):
         client.messages.batches.results(created.id)  # the SDK sees no results_url yet
     direct = httpx.get(f"{fake.url}/v1/messages/batches/{created.id}/results", headers=KEY)
@@ -248,13 +264,13 @@ def test_it_refuses_results_and_deletion_before_the_batch_ends(
     ],
 )
 def test_it_validates_a_batch_like_anthropic(
-    client: anthropic.Anthropic, requests: list[dict[str, Any]], message: str
+    client: anthropic.Anthropic, requests: list[Any], message: str
 ) -> None:
     with pytest.raises(anthropic.BadRequestError) as caught:
-        client.messages.batches.create(requests=requests)  # type: ignore[arg-type]
+        client.messages.batches.create(requests=requests)
     assert caught.value.status_code == 400
     assert caught.value.type == "invalid_request_error"
-    assert caught.value.api_message.startswith(message)
+    assert str(caught.value.api_message).startswith(message)
     assert list(client.messages.batches.list()) == []  # nothing was created
 
 
@@ -286,7 +302,7 @@ def test_it_bills_succeeded_items_at_half_the_standard_price(
         for i, model in enumerate(["claude-opus-4-1", MODEL, "claude-haiku-4-5", MODEL])
     ]
     created = client.messages.batches.create(
-        requests=[request(custom_id, text, model) for custom_id, text, model in prompts]  # type: ignore[misc]
+        requests=[request(custom_id, text, model) for custom_id, text, model in prompts]
     )
     ended(client, created.id)
     stats = fake.stats()
@@ -310,10 +326,7 @@ def test_it_bills_succeeded_items_at_half_the_standard_price(
 
 
 def test_it_lists_batches_newest_first_a_page_at_a_time(client: anthropic.Anthropic) -> None:
-    ids = [
-        client.messages.batches.create(requests=[request(f"b{i}")]).id  # type: ignore[list-item]
-        for i in range(3)
-    ]
+    ids = [client.messages.batches.create(requests=[request(f"b{i}")]).id for i in range(3)]
     newest_first = ids[::-1]
     page = client.messages.batches.list(limit=2)
     assert [batch.id for batch in page.data] == newest_first[:2]
@@ -327,7 +340,7 @@ def test_it_lists_batches_newest_first_a_page_at_a_time(client: anthropic.Anthro
 
 
 def test_a_reset_clears_the_batches(client: anthropic.Anthropic, fake: FakeProvider) -> None:
-    created = client.messages.batches.create(requests=[request("gone")])  # type: ignore[list-item]
+    created = client.messages.batches.create(requests=[request("gone")])
     ended(client, created.id)
     fake.reset()
     with pytest.raises(anthropic.NotFoundError):
