@@ -23,7 +23,7 @@ runs in the background: an item whose moment has come is ended when anything rea
 from ``processing`` to the outcomes as items end (the API reference says they may stay 0 until
 the whole batch ends: a client should read them only once ``processing_status`` is ``ended``).
 A cancel turns the items still processing into ``canceled``: the answer says ``canceling``, the
-next read ``ended``.
+next read ``ended``. Past ``MAX_BATCHES_KEPT`` batches the oldest ended ones are forgotten.
 
 Billing: a succeeded item is billed when it ends, for the message ``build_message`` gives (the
 same as ``POST /v1/messages`` would), at half the standard price (a web search keeps its fee).
@@ -72,6 +72,8 @@ BATCHES_PATH = "/v1/messages/batches"
 MAX_BATCH_REQUESTS = 100_000
 MAX_BATCH_BYTES = 256 * 1024 * 1024
 EXPIRES_AFTER_SECONDS = 86_400.0
+MAX_BATCHES_KEPT = 1_000
+"""Batches kept (the oldest ended ones go first): a fake left running for days stays bounded."""
 CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 RESULTS_CONTENT_TYPE = "application/x-jsonl"
 ITEM_ERRORS = (("api_error", "Internal server error"), ("overloaded_error", "Overloaded"))
@@ -217,8 +219,9 @@ def _invalid(message: str) -> ApiError:
     return ApiError(400, message)
 
 
-def _parse(state: FakeProviderState, body: bytes) -> list[Item]:
-    """The items of a create body, validated as the API does (ApiError 400)."""
+def _parse(state: FakeProviderState, body: bytes, start: float) -> list[Item]:
+    """The items of a create body, validated as the API does (ApiError 400), each with its
+    outcome and the moment it ends, from ``start``."""
     try:
         payload = json.loads(body)
     except ValueError:
@@ -265,7 +268,7 @@ def _parse(state: FakeProviderState, body: bytes) -> list[Item]:
             if error.status != 404:
                 raise _invalid(f"{where}.params.{error.message}") from None
             parsed.append((custom_id, None, error.message))  # an unknown model: errored
-    start, seconds = state.now(), state.config.batch_processing_seconds
+    seconds = state.config.batch_processing_seconds
     slots = [start + seconds * (k + 1) / len(parsed) for k in range(len(parsed))]
     state.rng.shuffle(slots)
     items = []
@@ -278,14 +281,21 @@ def _parse(state: FakeProviderState, body: bytes) -> list[Item]:
 
 
 def _create(state: FakeProviderState, body: bytes, base_url: str) -> dict[str, Any]:
-    items = _parse(state, body)
+    start = state.now()
+    items = _parse(state, body, start)
     batch = Batch(
         "msgbatch_" + uuid.uuid4().hex[:24],
         state.wall(),
-        state.now(),
+        start,
         sorted(items, key=lambda item: item.due, reverse=True),
         counts={"processing": len(items), **dict.fromkeys(state.batch_results, 0)},
     )
+    # Bounded, as the billing log is: past MAX_BATCHES_KEPT the oldest ended ones are forgotten.
+    excess = len(state.batches) + 1 - MAX_BATCHES_KEPT
+    if excess > 0:
+        done = [old.id for old in state.batches.values() if old.ended_at is not None]
+        for old_id in done[:excess]:
+            del state.batches[old_id]
     state.batches[batch.id] = batch
     state.batch_requests += len(items)
     return batch.as_json(base_url)

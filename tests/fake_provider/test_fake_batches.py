@@ -13,6 +13,7 @@ import httpx
 import pytest
 from anthropic.types.messages.batch_create_params import Request
 
+from fake_provider import FakeProviderState, batches
 from tests.conftest import FakeProvider
 
 MODEL = "claude-sonnet-4-6"
@@ -364,3 +365,27 @@ def test_it_rejects_a_bad_batch_setting(fake: FakeProvider, body: dict[str, Any]
     response = fake.http.post("/_fake/faults", json=body)
     assert response.status_code == 400
     assert next(iter(body)) in response.json()["error"]["message"]
+
+
+def test_it_forgets_the_oldest_ended_batches_past_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(batches, "MAX_BATCHES_KEPT", 3)
+    state = FakeProviderState(seed=1)
+    state.update_config(state.with_changes(batch_processing_seconds=0.0))
+
+    def call(method: str, path: str, body: Any = None) -> Any:
+        raw = json.dumps(body).encode() if body is not None else b""
+        answer = batches.handle(state, method, path, KEY, "", raw, "http://fake")
+        return answer.status, json.loads(answer.body)
+
+    slow = call("POST", batches.BATCHES_PATH, {"requests": [request("slow")]})[1]["id"]
+    state.update_config(state.with_changes(batch_processing_seconds=3600.0))
+    still = call("POST", batches.BATCHES_PATH, {"requests": [request("still")]})[1]["id"]
+    state.update_config(state.with_changes(batch_processing_seconds=0.0))
+    ids = [call("POST", batches.BATCHES_PATH, {"requests": [request("x")]})[1]["id"]]
+    assert call("GET", f"{batches.BATCHES_PATH}/{slow}")[1]["processing_status"] == "ended"
+    ids.append(call("POST", batches.BATCHES_PATH, {"requests": [request("y")]})[1]["id"])
+    kept = [batch["id"] for batch in call("GET", batches.BATCHES_PATH)[1]["data"]]
+    assert kept == [ids[1], ids[0], still]  # the oldest ended one went; the unfinished stays
+    assert call("GET", f"{batches.BATCHES_PATH}/{slow}")[0] == 404
