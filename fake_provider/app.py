@@ -8,6 +8,10 @@ Routes:
                              replies, faults and scripts, in that API's words
     POST /openai/v1/embeddings   deterministic unit vectors, float or base64
                              (openai_embeddings.py), with the same faults and scripts
+    POST /v1/messages/batches    the Message Batches API (batches.py): create; GET lists them;
+    GET  /v1/messages/batches/{id}   one batch (DELETE deletes an ended one);
+    POST /v1/messages/batches/{id}/cancel, GET .../results (JSONL, once ended); items end over
+                             "batch_processing_seconds", billed at half price
     GET  /_fake/health       {"ok": true}
     GET  /_fake/stats        counters and the bill (see below)
     GET  /_fake/billing      every billed call: request id, Idempotency-Key, cost, how it ended
@@ -18,12 +22,14 @@ Routes:
                              {"faults": {"529": 1.0}, "for_seconds": 120,
                               "latency_ms": "20-400", "rpm": 60, "itpm": 30000,
                               "otpm": 8000, "rate_window_seconds": 60,
-                              "short_interval_seconds": 5}
+                              "short_interval_seconds": 5,
+                              "batch_processing_seconds": 1, "batch_errored_rate": 0.1,
+                              "batch_expired_rate": 0.05}
                              or script the next answers (scripts.py), for everyone's next calls
                              or only for those carrying one Idempotency-Key (our job id):
                              {"next": ["429", "ok"], "key": "<job id>"}
-    POST /_fake/reset        start configuration back; counters, cache memory, rpm window and
-                             scripts cleared
+    POST /_fake/reset        start configuration back; counters, cache memory, rpm window,
+                             scripts and message batches cleared
 
 Order of work for POST /v1/messages: read the body (413 past 32 MB), check the key (401), the
 body (400), the model (404), the rate windows (429: requests, input and output tokens, checked on
@@ -36,6 +42,8 @@ status of every complete response sent. A ``drop`` (200 head sent, body cut) cou
 ``dropped`` and a ``timeout`` (never answered) ONLY under ``timed_out``, never in ``by_status``;
 so once nothing is in flight, requests == sum(by_status) + dropped + timed_out. Successful,
 dropped and timed-out requests are billed (the work was done); error responses bill nothing.
+Message batches count apart: ``batch_requests`` (items of the batches created), ``batch_results``
+(how they ended); their succeeded items are in ``billed`` and also in ``billed.batch_cost_usd``.
 ``in_flight`` is the number of POST /v1/messages being handled now (answered or held), and
 ``peak_in_flight`` the most at once since the last reset (bench/concurrency.py reads it);
 ``GET /_fake/in_flight`` lists the Idempotency-Keys (job ids) of the calls in flight.
@@ -74,6 +82,8 @@ from typing import Any
 
 import uvicorn
 
+from .batches import BATCHES_PATH, MAX_BATCH_BYTES, advance_batches
+from .batches import handle as answer_batches
 from .openai_compat import CHAT_COMPLETIONS_PATH, OPENAI_ONLY_FAULTS, chat_completions
 from .openai_embeddings import EMBEDDINGS_PATH, embeddings
 from .responses import (
@@ -91,10 +101,12 @@ from .scripts import parse_key, parse_script
 from .state import (
     TRICKLE_INTERVAL_SECONDS,
     FakeProviderState,
+    parse_batch_seconds,
     parse_faults,
     parse_latency,
     parse_rate_window,
     parse_rpm,
+    parse_share,
     parse_short_interval,
     parse_stream_pace,
 )
@@ -129,7 +141,7 @@ class _TooLarge(Exception):
     pass
 
 
-async def _read_body(receive: Receive) -> bytes | None:
+async def _read_body(receive: Receive, limit: int = MAX_BODY_BYTES) -> bytes | None:
     """The whole request body; None when the client went away; _TooLarge past the limit."""
     chunks, size = [], 0
     while True:
@@ -138,7 +150,7 @@ async def _read_body(receive: Receive) -> bytes | None:
             return None
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
+        if size > limit:
             raise _TooLarge
         chunks.append(chunk)
         if not message.get("more_body", False):
@@ -218,10 +230,12 @@ class FakeAnthropicApp:
                 return await answer(self.state, self.closing, scope, receive, send, body)
             finally:
                 self.state.call_ended(key)
+        if path == BATCHES_PATH or path.startswith(BATCHES_PATH + "/"):
+            return await self.batches(scope, receive, send)
         routes = {
             ("GET", "/_fake/health"): lambda body: {"ok": True},
-            ("GET", "/_fake/stats"): lambda body: self.state.stats(),
-            ("GET", "/_fake/billing"): lambda body: self.state.billing_log(),
+            ("GET", "/_fake/stats"): lambda body: self.settled().stats(),
+            ("GET", "/_fake/billing"): lambda body: self.settled().billing_log(),
             ("GET", "/_fake/arrivals"): lambda body: self.state.arrival_log(),
             ("GET", "/_fake/in_flight"): lambda body: self.state.calls_in_flight(),
             ("GET", "/_fake/faults"): lambda body: self.state.describe(),
@@ -249,6 +263,30 @@ class FakeAnthropicApp:
             return await self.plain_error(send, error)
         await _send(send, 200, _encode(payload))
 
+    # --- the Message Batches API ----------------------------------------------------------------
+
+    async def batches(self, scope: Scope, receive: Receive, send: Send) -> None:
+        limit = MAX_BATCH_BYTES if scope["method"] == "POST" else MAX_BODY_BYTES
+        try:
+            body = await _read_body(receive, limit)
+        except _TooLarge:
+            error = ApiError(413, "Request exceeds the maximum allowed number of bytes.")
+            return await self.plain_error(send, error)
+        if body is None:
+            return None
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        host = headers.get("host") or "{}:{}".format(*(scope.get("server") or ("127.0.0.1", 80)))
+        base_url = f"{scope.get('scheme', 'http')}://{host}"
+        query = scope.get("query_string", b"").decode("latin-1")
+        method, path = scope["method"], scope["path"]
+        answer = answer_batches(self.state, method, path, headers, query, body, base_url)
+        await _send(send, answer.status, answer.body, answer.headers, answer.content_type)
+
+    def settled(self) -> FakeProviderState:
+        """The state, once every batch item whose moment has come has ended (and been billed)."""
+        advance_batches(self.state)
+        return self.state
+
     # --- control endpoints ------------------------------------------------------------------------
 
     def set_faults(self, body: bytes) -> dict[str, Any]:
@@ -268,6 +306,9 @@ class FakeAnthropicApp:
             "rate_window_seconds",
             "short_interval_seconds",
             "stream_tokens_per_second",
+            "batch_processing_seconds",
+            "batch_errored_rate",
+            "batch_expired_rate",
         }
         if not isinstance(payload, dict) or not payload or set(payload) - allowed:
             raise ApiError(
@@ -300,6 +341,13 @@ class FakeAnthropicApp:
                 changes["stream_tokens_per_second"] = parse_stream_pace(
                     payload["stream_tokens_per_second"]
                 )
+            if "batch_processing_seconds" in payload:
+                changes["batch_processing_seconds"] = parse_batch_seconds(
+                    payload["batch_processing_seconds"]
+                )
+            for share in ("batch_errored_rate", "batch_expired_rate"):
+                if share in payload:
+                    changes[share] = parse_share(share, payload[share])
             seconds = payload.get("for_seconds")
             if seconds is not None and (
                 isinstance(seconds, bool)

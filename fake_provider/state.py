@@ -30,9 +30,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .scripts import Scripts
+
+if TYPE_CHECKING:
+    from .batches import Batch
 
 __all__ = [
     "FAULT_CODES",
@@ -43,11 +46,13 @@ __all__ = [
     "Price",
     "RateDecision",
     "format_rfc3339",
+    "parse_batch_seconds",
     "parse_fault",
     "parse_faults",
     "parse_latency",
     "parse_rate_window",
     "parse_rpm",
+    "parse_share",
     "parse_short_interval",
     "price_for",
 ]
@@ -66,6 +71,9 @@ FAULT_CODES = (
     "spendcap", "credit", "context", "usagelimit", "timeout", "drop", "garbage", "trickle",
     "overloaded_midstream", "stall", "insufficient_quota",
 )  # fmt: skip
+BATCH_PROCESSING_SECONDS = 1.0
+"""How long a message batch (batches.py) takes by default: its items end spread over it."""
+BATCH_OUTCOMES = ("succeeded", "errored", "canceled", "expired")
 TRICKLE_INTERVAL_SECONDS = 1.0
 """A ``trickle`` answer sends one byte of its body this often: no read timeout ever fires."""
 
@@ -239,6 +247,20 @@ def parse_stream_pace(value: Any) -> float | None:
     return float(value)
 
 
+def parse_batch_seconds(value: Any) -> float:
+    """How long a message batch takes: a number of seconds in [0, 86400] (its 24 hours)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 86_400:
+        raise ValueError(f"batch_processing_seconds must be a number in [0, 86400], not {value!r}")
+    return float(value)
+
+
+def parse_share(name: str, value: Any) -> float:
+    """A share of a batch's items: a number in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{name} must be a number in [0, 1], not {value!r}")
+    return float(value)
+
+
 def parse_faults(
     faults: Mapping[str, Any] | Iterable[tuple[str, Any]],
 ) -> tuple[tuple[str, float], ...]:
@@ -263,6 +285,10 @@ class Config:
     short_interval_seconds: float | None = None
     stream_tokens_per_second: float | None = None
     """A stream's pace (streaming.py); None: as fast as the socket takes it."""
+    batch_processing_seconds: float = BATCH_PROCESSING_SECONDS
+    batch_errored_rate: float = 0.0
+    batch_expired_rate: float = 0.0
+    """Shares of a new batch's items that end errored or expired (batches.py)."""
 
     def short_limit(self) -> int | None:
         """Requests admitted in any ``short_interval_seconds`` (None: not enforced)."""
@@ -282,6 +308,9 @@ class Config:
             "rate_window_seconds": self.rate_window_seconds,
             "short_interval_seconds": self.short_interval_seconds,
             "stream_tokens_per_second": self.stream_tokens_per_second,
+            "batch_processing_seconds": self.batch_processing_seconds,
+            "batch_errored_rate": self.batch_errored_rate,
+            "batch_expired_rate": self.batch_expired_rate,
         }
 
     def describe_limits(self) -> str:
@@ -442,9 +471,17 @@ class FakeProviderState:
         self.embedded_inputs = 0
         self.billed = dict.fromkeys(_TOKEN_FIELDS, 0)
         self.cost = Decimal(0)
-        # One entry per billed call: (request id, Idempotency-Key, cost, how it ended).
-        self.billing: deque[tuple[str, str, Decimal, str, int]] = deque(maxlen=BILLING_LOG_LIMIT)
+        # One entry per billed call: (request id, Idempotency-Key, cost, how it ended, output
+        # tokens, (batch id, custom_id) of a batch item or None).
+        self.billing: deque[tuple[str, str, Decimal, str, int, tuple[str, str] | None]] = deque(
+            maxlen=BILLING_LOG_LIMIT
+        )
         self.billing_evicted = 0
+        # Message batches (batches.py), oldest first; their items' outcomes and bill.
+        self.batches: dict[str, Batch] = {}
+        self.batch_requests = 0
+        self.batch_results = dict.fromkeys(BATCH_OUTCOMES, 0)
+        self.batch_cost = Decimal(0)
 
     @property
     def config(self) -> Config:
@@ -469,6 +506,13 @@ class FakeProviderState:
         described["seed"] = self.seed
         described["script"] = self.scripts.describe()
         return described
+
+    def now(self) -> float:
+        """The monotonic clock the state runs on (scripts, windows, batches)."""
+        return self._clock()
+
+    def wall(self) -> float:
+        return self._wall()
 
     # --- draws ----------------------------------------------------------------------------------
 
@@ -652,11 +696,13 @@ class FakeProviderState:
         request_id: str = "",
         idempotency_key: str = "",
         how: str = "answered",
+        batch_item: tuple[str, str] | None = None,
     ) -> Decimal:
         """Adds one answered (or dropped / timed-out) message to the bill; returns its cost.
         A request from before the last reset is not billed to the new counters. The call is also
         kept in the billing log with its request id, the caller's ``Idempotency-Key`` and ``how``
-        it ended (answered, dropped, timed_out, garbage): who was billed what, per call."""
+        it ended (answered, dropped, timed_out, garbage): who was billed what, per call. A batch
+        item (``batch_item``: its batch id and custom_id) also counts under ``batch_cost``."""
         if epoch is not None and epoch != self.epoch:
             return Decimal(0)
         for name in _TOKEN_FIELDS:
@@ -672,9 +718,13 @@ class FakeProviderState:
         searches = (usage.get("server_tool_use") or {}).get("web_search_requests", 0)
         cost += searches * WEB_SEARCH_USD
         self.cost += cost
+        if batch_item is not None:
+            self.batch_cost += cost
         if len(self.billing) == self.billing.maxlen:
             self.billing_evicted += 1
-        self.billing.append((request_id, idempotency_key, cost, how, usage["output_tokens"]))
+        self.billing.append(
+            (request_id, idempotency_key, cost, how, usage["output_tokens"], batch_item)
+        )
         return cost
 
     def billing_log(self) -> dict[str, Any]:
@@ -687,8 +737,9 @@ class FakeProviderState:
                     "cost_usd": format(cost.normalize(), "f"),
                     "how": how,
                     "output_tokens": output_tokens,
+                    **({"batch_id": item[0], "custom_id": item[1]} if item else {}),
                 }
-                for request_id, key, cost, how, output_tokens in self.billing
+                for request_id, key, cost, how, output_tokens, item in self.billing
             ],
             "evicted": self.billing_evicted,
         }
@@ -710,7 +761,13 @@ class FakeProviderState:
             "embedded_inputs": self.embedded_inputs,
             "in_flight": self.in_flight,
             "peak_in_flight": self.peak_in_flight,
-            "billed": {**self.billed, "cost_usd": format(self.cost.normalize(), "f")},
+            "batch_requests": self.batch_requests,
+            "batch_results": dict(self.batch_results),
+            "billed": {
+                **self.billed,
+                "cost_usd": format(self.cost.normalize(), "f"),
+                "batch_cost_usd": format(self.batch_cost.normalize(), "f"),
+            },
         }
 
     def with_changes(self, **changes: Any) -> Config:

@@ -204,12 +204,15 @@ def test_it_injects_each_error_fault(
         "embedded_inputs": 0,
         "in_flight": 0,
         "peak_in_flight": 1,
+        "batch_requests": 0,
+        "batch_results": {"succeeded": 0, "errored": 0, "canceled": 0, "expired": 0},
         "billed": {
             "input_tokens": 0,
             "output_tokens": 0,
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": 0,
             "cost_usd": "0",
+            "batch_cost_usd": "0",
         },
     }
 
@@ -343,12 +346,15 @@ def test_it_resets_stats_and_cache(url: str) -> None:
         "embedded_inputs": 0,
         "in_flight": 0,
         "peak_in_flight": 0,
+        "batch_requests": 0,
+        "batch_results": {"succeeded": 0, "errored": 0, "canceled": 0, "expired": 0},
         "billed": {
             "input_tokens": 0,
             "output_tokens": 0,
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": 0,
             "cost_usd": "0",
+            "batch_cost_usd": "0",
         },
     }
     assert ask(sdk(url), system=system).usage.cache_creation_input_tokens == 4  # written again
