@@ -18,6 +18,7 @@ class LlmJobAdmin(admin.ModelAdmin):
         "id",
         "feature",
         "model",
+        "served_by",
         "status",
         "attempts",
         "cost_usd",
