@@ -154,7 +154,7 @@ def batch_create(*, provider_name: str, requests: list[BatchRequest]) -> BatchIn
     """Create a batch of ``requests`` (within the limits: ``split_requests``)."""
     if not requests:
         raise ValueError("a batch needs at least one request")
-    body = [_entry(request) for request in requests]
+    body: Any = [_entry(request) for request in requests]  # the SDK's Request, as dicts
     client = _client(provider_name)
     return _info(_call(client, lambda: client.messages.batches.create(requests=body)))
 
