@@ -14,7 +14,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -54,15 +54,8 @@ line by line: a socket silent this long has stalled."""
 
 # The reasons (providers/errors.py) the retry table (jobs/retry_policy.py) calls transient.
 _TRANSIENT = frozenset(
-    {
-        "connection_error",
-        "read_timeout",
-        "connection_dropped",
-        "rate_limited",
-        "overloaded",
-        "server_error",
-        "conflict",
-    }
+    "connection_error read_timeout connection_dropped rate_limited overloaded server_error "
+    "conflict".split()
 )
 _KEY_PATTERN = re.compile(r"sk-ant-[A-Za-z0-9_-]+")
 _T = TypeVar("_T")
@@ -112,34 +105,25 @@ class BatchItemResult:
     retry table (``classify(kind="error_response", http_status=..., error_type=...)``)."""
 
 
+@dataclass(eq=False)
 class BatchApiError(Exception):
     """A call of the Message Batches API that failed: no answer, or an error answer."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        reason: str,
-        retryable: bool,
-        http_status: int | None = None,
-        error_type: str = "",
-        error_code: str = "",
-        request_id: str = "",
-        retry_after: float | None = None,
-        outcome_unknown: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.reason = reason
-        """``failure_reason``'s code; ``batch_not_ended``, ``unreadable_response`` otherwise."""
-        self.retryable = retryable
-        self.http_status = http_status
-        self.error_type = error_type
-        self.error_code = error_code
-        self.request_id = request_id
-        self.retry_after = retry_after
-        self.outcome_unknown = outcome_unknown
-        """The request may have been carried out (a create timed out): look before repeating."""
+    message: str
+    _: KW_ONLY
+    reason: str
+    """``failure_reason``'s code (providers/errors.py), or ``batch_not_ended``, ``unreadable``."""
+    retryable: bool
+    http_status: int | None = None
+    error_type: str = ""
+    error_code: str = ""
+    request_id: str = ""
+    retry_after: float | None = None
+    outcome_unknown: bool = False
+    """The call may have been carried out (a create that timed out): look before repeating it."""
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
 
 
 def batches_supported(provider_name: str) -> bool:
@@ -156,18 +140,18 @@ def batch_create(*, provider_name: str, requests: list[BatchRequest]) -> BatchIn
         raise ValueError("a batch needs at least one request")
     body: Any = [_entry(request) for request in requests]  # the SDK's Request, as dicts
     client = _client(provider_name)
-    return _info(_call(client, lambda: client.messages.batches.create(requests=body)))
+    return _batch(client, lambda: client.messages.batches.create(requests=body), changes=True)
 
 
 def batch_retrieve(*, provider_name: str, batch_id: str) -> BatchInfo:
     client = _client(provider_name)
-    return _info(_call(client, lambda: client.messages.batches.retrieve(batch_id)))
+    return _batch(client, lambda: client.messages.batches.retrieve(batch_id))
 
 
 def batch_cancel(*, provider_name: str, batch_id: str) -> BatchInfo:
     """Ask to cancel: the batch is ``canceling`` until its unfinished items are ``canceled``."""
     client = _client(provider_name)
-    return _info(_call(client, lambda: client.messages.batches.cancel(batch_id)))
+    return _batch(client, lambda: client.messages.batches.cancel(batch_id), changes=True)
 
 
 def batch_results(*, provider_name: str, batch_id: str) -> Iterator[BatchItemResult]:
@@ -175,8 +159,8 @@ def batch_results(*, provider_name: str, batch_id: str) -> Iterator[BatchItemRes
     (not the request order). ``BatchApiError`` (reason ``batch_not_ended``, retryable) before
     it has ended; one raised while iterating when the stream breaks."""
     client = _client(provider_name)
-    batch = _call(client, lambda: client.messages.batches.retrieve(batch_id))
-    if not batch.results_url:
+    batch = _batch(client, lambda: client.messages.batches.retrieve(batch_id))
+    if not batch.ended:
         raise BatchApiError(
             f"Message Batch {batch_id} is {batch.processing_status}: its results are available "
             "once it has ended",
@@ -249,29 +233,32 @@ def _client(provider_name: str) -> anthropic.Anthropic:
     )
 
 
-def _call(client: anthropic.Anthropic, call: Callable[[], _T]) -> _T:
+def _call(client: anthropic.Anthropic, call: Callable[[], _T], changes: bool = False) -> _T:
+    """``call()``, its failure as a ``BatchApiError``; ``changes``: it creates or cancels."""
     import anthropic
     import httpx2
 
     started = time.monotonic()
     try:
         return call()
-    except (anthropic.APIError, httpx2.TransportError) as exc:
-        error = _api_error(exc, client, started)
+    except (anthropic.APIError, httpx2.TransportError, json.JSONDecodeError) as exc:
+        error = _api_error(exc, client, started, changes)
     # Raised outside the except block: the SDK's exception (its request, its headers, the key)
     # is not kept as the context.
     raise error
 
 
-def _api_error(exc: Exception, client: anthropic.Anthropic, started: float) -> BatchApiError:
+def _api_error(
+    exc: Exception, client: anthropic.Anthropic, started: float, changes: bool
+) -> BatchApiError:
     import anthropic
+    import httpx2
 
     from providers.ratelimit_headers import retry_after_seconds
     from providers.transport import transport_failure
 
     def redact(text: str) -> str:
-        key = client.api_key
-        text = text.replace(key, "[redacted]") if key else text
+        text = text.replace(client.api_key, "[redacted]") if client.api_key else text
         return _KEY_PATTERN.sub("[redacted]", text)
 
     if isinstance(exc, anthropic.APIStatusError):
@@ -294,13 +281,13 @@ def _api_error(exc: Exception, client: anthropic.Anthropic, started: float) -> B
             request_id=exc.request_id or "",
             retry_after=retry_after_seconds(exc.response.headers),
         )
-    if isinstance(exc, anthropic.APIResponseValidationError):
+    if not isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
+        # A 2xx whose body is not the API's answer (a proxy's page, a broken results line).
         return BatchApiError(
-            f"HTTP {exc.status_code} with a body that is not the Message Batches API's answer",
-            reason="unreadable_response",
+            redact(f"an answer that is not the Message Batches API's: {exc}"),
+            reason="unreadable",
             retryable=True,
-            http_status=exc.status_code,
-            outcome_unknown=True,
+            outcome_unknown=changes,
         )
     outcome = transport_failure(
         exc,
@@ -309,47 +296,52 @@ def _api_error(exc: Exception, client: anthropic.Anthropic, started: float) -> B
         connection_error=anthropic.APIConnectionError,
         timeout_error=anthropic.APITimeoutError,
     )
-    messages = {
-        "connection_error": f"could not connect to {client.base_url} ({outcome.message})",
-        "read_timeout": f"no answer within {READ_TIMEOUT_SECONDS:g} s: outcome unknown",
-    }
+    never_left = outcome.kind == "connection_error"
     return BatchApiError(
-        redact(messages.get(outcome.kind, outcome.message)),
+        redact(
+            f"could not connect to {client.base_url} ({outcome.message})"
+            if never_left
+            else f"no answer, or a broken one ({outcome.kind}), from {client.base_url}"
+        ),
         reason=outcome.kind,
         retryable=True,
-        outcome_unknown=outcome.kind != "connection_error",
+        outcome_unknown=changes and not never_left,
     )
 
 
-def _info(batch: Any) -> BatchInfo:
-    return BatchInfo(
-        id=batch.id,
-        processing_status=batch.processing_status,
-        request_counts={k: int(v) for k, v in batch.request_counts.model_dump().items()},
-        created_at=batch.created_at,
-        ended_at=batch.ended_at,
-        expires_at=batch.expires_at,
-        cancel_initiated_at=batch.cancel_initiated_at,
-    )
+def _batch(
+    client: anthropic.Anthropic, call: Callable[[], Any], changes: bool = False
+) -> BatchInfo:
+    """The batch ``call()`` answers; a 2xx that is no batch (a proxy's page) as unreadable."""
+    batch = _call(client, call, changes)
+    try:
+        return BatchInfo(
+            id=batch.id,
+            processing_status=batch.processing_status,
+            request_counts={k: int(v) for k, v in batch.request_counts.model_dump().items()},
+            created_at=batch.created_at,
+            ended_at=batch.ended_at,
+            expires_at=batch.expires_at,
+            cancel_initiated_at=batch.cancel_initiated_at,
+        )
+    except (AttributeError, TypeError, ValueError):
+        # The SDK hands a non-JSON 2xx body back as text, and builds a JSON one unvalidated.
+        error = BatchApiError(
+            f"a {type(batch).__name__} that is not a Message Batch",
+            reason="unreadable",
+            retryable=True,
+            outcome_unknown=changes,
+        )
+    raise error
 
 
 def _stream(client: anthropic.Anthropic, decoder: Any) -> Iterator[BatchItemResult]:
     lines = iter(decoder)
     try:
-        while (line := _call(client, lambda: _next_line(lines))) is not None:
+        while (line := _call(client, lambda: next(lines, None))) is not None:
             yield _item(line)
     finally:
         decoder.close()
-
-
-def _next_line(lines: Iterator[Any]) -> Any:
-    try:
-        return next(lines, None)
-    except ValueError:
-        error = BatchApiError(
-            "a results line that is not JSON", reason="unreadable_response", retryable=True
-        )
-    raise error
 
 
 def _item(line: Any) -> BatchItemResult:

@@ -6,6 +6,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from jobs.retry_policy import classify
+from providers import message_batches
 from providers.base import ProviderRequest
 from providers.message_batches import (
     BatchApiError,
@@ -207,32 +209,34 @@ def test_a_closed_port_is_a_connection_error_that_is_retried(fake, settings):
 
 
 class Peer:
-    """An HTTP server answering every call as the API answers a wrong key (the fake provider
-    takes any key), its message echoing the key sent, so that the test sees it redacted."""
+    """An HTTP server answering every call as ``mode`` says, for what the fake provider does not
+    do: ``wrong_key`` answers as the API answers a wrong key (the fake takes any key), its message
+    echoing the key sent, so that the test sees it redacted; ``drop`` closes the connection
+    unanswered; ``stall`` answers after two seconds; ``html`` answers 200 with a proxy's page."""
 
-    def __init__(self) -> None:
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
         self.keys: list[str] = []
-        server = self
+        peer = self
 
         class Handler(BaseHTTPRequestHandler):
             def answer(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                self.rfile.read(length)
+                self.rfile.read(int(self.headers.get("content-length") or 0))
                 bearer = self.headers.get("authorization", "").removeprefix("Bearer ")
                 key = self.headers.get("x-api-key") or bearer  # this SDK sends a bearer
-                server.keys.append(key)
-                body = json.dumps(
-                    {
-                        "type": "error",
-                        "error": {
-                            "type": "authentication_error",
-                            "message": f"invalid x-api-key {key}",
-                        },
-                    }
-                ).encode()
-                self.send_response(401)
-                self.send_header("content-type", "application/json")
-                self.send_header("request-id", "req_wrong_key")
+                peer.keys.append(key)
+                if peer.mode == "drop":
+                    return  # the server closes the connection
+                if peer.mode == "stall":
+                    time.sleep(2)
+                status, kind, body = 200, "text/html", b"<html>502 Bad Gateway</html>"
+                if peer.mode == "wrong_key":
+                    error = {"type": "authentication_error", "message": f"invalid x-api-key {key}"}
+                    status, kind = 401, "application/json"
+                    body = json.dumps({"type": "error", "error": error}).encode()
+                self.send_response(status)
+                self.send_header("content-type", kind)
+                self.send_header("request-id", "req_peer")
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -246,21 +250,22 @@ class Peer:
         self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
 
 
-@pytest.fixture
-def wrong_key_peer() -> Iterator[Peer]:
-    peer = Peer()
-    thread = threading.Thread(target=peer.http.serve_forever, daemon=True)
+@contextmanager
+def peer(mode: str, settings: Any) -> Iterator[Peer]:
+    """A peer in ``mode``, the default provider's base URL."""
+    server = Peer(mode)
+    thread = threading.Thread(target=server.http.serve_forever, daemon=True)
     thread.start()
-    yield peer
-    peer.http.shutdown()
-    peer.http.server_close()
+    settings.ANTHROPIC_BASE_URL = server.url
+    try:
+        yield server
+    finally:
+        server.http.shutdown()
+        server.http.server_close()
 
 
-def test_a_wrong_key_is_a_401_that_is_not_retried_and_never_shows_the_key(
-    wrong_key_peer, settings, monkeypatch
-):
+def test_a_wrong_key_is_a_401_that_is_not_retried_and_never_shows_the_key(settings, monkeypatch):
     settings.ANTHROPIC_API_KEY = SECRET
-    settings.ANTHROPIC_BASE_URL = wrong_key_peer.url
     monkeypatch.setenv("CLAUDE_EU_KEY", SECRET + "-eu")
     provider_save(name="claude-eu", kind="anthropic", api_key_env="CLAUDE_EU_KEY")
     calls: list[Callable[[], Any]] = [
@@ -270,21 +275,42 @@ def test_a_wrong_key_is_a_401_that_is_not_retried_and_never_shows_the_key(
         lambda: batch_results(provider_name="anthropic", batch_id="msgbatch_x"),
         lambda: batch_retrieve(provider_name="claude-eu", batch_id="msgbatch_x"),
     ]
-    for call in calls:
-        with pytest.raises(BatchApiError) as caught:
-            call()
-        error = caught.value
-        assert (error.http_status, error.error_type) == (401, "authentication_error")
-        assert error.reason == "authentication_failed" and not error.retryable
-        assert error.request_id == "req_wrong_key"
-        assert "invalid x-api-key [redacted]" in error.message
-        # Not in the error, nor in what a logger prints of it (the SDK's exception, whose
-        # request holds the key in its headers, is not kept).
-        shown = "".join(traceback.format_exception(error)) + repr(error) + repr(vars(error))
-        assert "sk-ant" not in shown and SECRET not in shown
-        assert error.__cause__ is None and error.__context__ is None
-    # Each provider row's key, from the variable it names.
-    assert wrong_key_peer.keys == [SECRET] * 4 + [SECRET + "-eu"]
+    with peer("wrong_key", settings) as wrong_key:
+        for call in calls:
+            with pytest.raises(BatchApiError) as caught:
+                call()
+            error = caught.value
+            assert (error.http_status, error.error_type) == (401, "authentication_error")
+            assert error.reason == "authentication_failed" and not error.retryable
+            assert error.request_id == "req_peer"
+            assert "invalid x-api-key [redacted]" in error.message
+            # Not in the error, nor in what a logger prints of it (the SDK's exception, whose
+            # request holds the key in its headers, is not kept).
+            shown = "".join(traceback.format_exception(error)) + repr(error) + repr(vars(error))
+            assert "sk-ant" not in shown and SECRET not in shown
+            assert error.__cause__ is None and error.__context__ is None
+    # Each provider row's key, from the variable it names (claude-eu's base URL: the default).
+    assert wrong_key.keys == [SECRET] * 4 + [SECRET + "-eu"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [("drop", "connection_dropped"), ("stall", "read_timeout"), ("html", "unreadable")],
+)
+def test_a_create_left_unanswered_is_retried_knowing_the_batch_may_exist(
+    settings, monkeypatch, mode, reason
+):
+    monkeypatch.setattr(message_batches, "READ_TIMEOUT_SECONDS", 0.5)
+    with peer(mode, settings) as server:
+        with pytest.raises(BatchApiError) as created:
+            batch_create(provider_name="anthropic", requests=requests(1))
+        with pytest.raises(BatchApiError) as read:
+            batch_retrieve(provider_name="anthropic", batch_id="msgbatch_x")
+    assert len(server.keys) == 2  # each request arrived, once: the SDK does not retry
+    for error in (created.value, read.value):
+        assert error.reason == reason and error.retryable and error.http_status is None
+    assert created.value.outcome_unknown  # look for the batch before creating it again
+    assert not read.value.outcome_unknown  # a read changes nothing
 
 
 def test_a_provider_row_of_kind_anthropic_has_its_own_base_url(fake, settings):
