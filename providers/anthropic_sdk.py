@@ -28,7 +28,14 @@ from providers.call_deadline import CallDeadline, install
 from providers.ratelimit_headers import rate_limit_headers, retry_after_seconds
 from providers.transport import transport_failure
 
-__all__ = ["call", "get_client", "warm_up"]
+__all__ = [
+    "STATUS_OF_ERROR_TYPE",
+    "call",
+    "content_block_dict",
+    "get_client",
+    "message_usage",
+    "warm_up",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +186,8 @@ def _warm_up_stream_parsing() -> None:
         pass
 
 
-def _usage(usage: Any) -> dict[str, int]:
+def message_usage(usage: Any) -> dict[str, int]:
+    """A Message's ``usage`` as ``ProviderOutcome.usage`` keeps it (the ledger's token kinds)."""
     cache_creation = getattr(usage, "cache_creation", None)
     total_creation = usage.cache_creation_input_tokens or 0
     one_hour = (
@@ -231,8 +239,8 @@ def _split_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     )
 
 
-# The HTTP status an error event inside a 200 stream stands for (the API's error types).
-_STATUS_OF_ERROR_TYPE = {
+# The HTTP status an error event inside a 200 stream (or an errored batch item) stands for.
+STATUS_OF_ERROR_TYPE = {
     "invalid_request_error": 400,
     "authentication_error": 401,
     "billing_error": 402,
@@ -259,13 +267,13 @@ class _Reading:
 
     def usage(self) -> dict[str, int]:
         message = self.snapshot()
-        return _usage(message.usage) if message is not None else {}
+        return message_usage(message.usage) if message is not None else {}
 
     def content(self) -> list[dict[str, Any]]:
         message = self.snapshot()
         if message is None:
             return []
-        return [_dump(block) for block in message.content]
+        return [content_block_dict(block) for block in message.content]
 
     def text(self) -> str:
         message = self.snapshot()
@@ -277,7 +285,8 @@ class _Reading:
         return self.stream.response.headers if self.stream is not None else {}
 
 
-def _dump(block: Any) -> dict[str, Any]:
+def content_block_dict(block: Any) -> dict[str, Any]:
+    """A content block of a Message as the API returned it."""
     dumped: dict[str, Any] = block.model_dump(mode="json", exclude_unset=True)
     # The SDK's parsed text blocks carry a ``parsed_output`` of their own; the API's do not.
     dumped.pop("parsed_output", None)
@@ -387,7 +396,7 @@ def _call(request: ProviderRequest, base_url: str, api_key: str | None) -> Provi
         text=reading.text(),
         content=reading.content(),
         stop_reason=message.stop_reason or "",
-        usage=_usage(message.usage),
+        usage=message_usage(message.usage),
         rate_limit_headers=rate_limit_headers(headers),
     )
 
@@ -401,7 +410,7 @@ def _error_outcome(
     """An error answer: before the stream (a plain HTTP error, not billed), or an ``error``
     event inside a 200 stream (its input and what streamed may be billed)."""
     in_stream = exc.status_code < 400
-    status = _STATUS_OF_ERROR_TYPE.get(exc.type or "", 500) if in_stream else exc.status_code
+    status = STATUS_OF_ERROR_TYPE.get(exc.type or "", 500) if in_stream else exc.status_code
     outcome = ProviderOutcome(
         "error_response",
         int((time.monotonic() - started) * 1000),
