@@ -54,7 +54,7 @@ lint: dev-venv
 	$(BIN)/ruff format --check .
 
 typecheck: dev-venv
-	$(BIN)/mypy llmops api runtime loops providers jobs ledger alerts dlq metrics fake_provider ops ratelimits batches pipelines agents chaos keys embeddings features
+	$(BIN)/mypy llmops api runtime loops providers jobs ledger alerts dlq metrics fake_provider ops ratelimits batches pipelines agents chaos keys embeddings features deferred
 
 test: dev-venv services browser tools lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \

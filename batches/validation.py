@@ -25,7 +25,17 @@ __all__ = [
 ]
 
 BATCH_FIELDS = frozenset(
-    {"name", "kind", "feature", "model", "items", "allow_failures", "callback_url", "dimensions"}
+    {
+        "name",
+        "kind",
+        "feature",
+        "model",
+        "items",
+        "allow_failures",
+        "callback_url",
+        "dimensions",
+        "mode",
+    }
 )
 KINDS = ("chat", "embedding")
 EMBEDDING_ITEM_FIELDS = frozenset({"input", "metadata"})
@@ -50,10 +60,15 @@ class BatchRequest:
     callback_url: str
     kind: str = "chat"
     dimensions: int | None = None
+    mode: Any = None
+    """realtime or deferred for every job (None: the feature policy's)."""
 
     def shared(self) -> dict[str, Any]:
         """The job fields every item takes from the batch."""
-        return {"feature": self.feature, "model": self.model}
+        shared = {"feature": self.feature, "model": self.model}
+        if self.mode is not None:
+            shared["mode"] = self.mode
+        return shared
 
 
 def _fail(code: str, message: str, field: str, **detail: Any) -> ValidationFailed:
@@ -119,6 +134,7 @@ def validate_batch_request(data: Any) -> BatchRequest:
             maximum=maximum,
         )
     return BatchRequest(
+        mode=data.get("mode"),
         name=name.strip(),
         feature=data.get("feature"),
         model=data.get("model"),

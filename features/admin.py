@@ -21,7 +21,7 @@ class FeaturePolicyForm(forms.ModelForm):
 
     class Meta:
         model = FeaturePolicy
-        fields = ["feature", "fallback_models"]
+        fields = ["feature", "fallback_models", "mode"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -40,7 +40,7 @@ class FeaturePolicyForm(forms.ModelForm):
 @admin.register(FeaturePolicy)
 class FeaturePolicyAdmin(admin.ModelAdmin):
     form = FeaturePolicyForm
-    list_display = ["feature", "fallback_list", "updated_at", "updated_by"]
+    list_display = ["feature", "fallback_list", "mode", "updated_at", "updated_by"]
     list_select_related = ["updated_by"]
     search_fields = ["feature"]
 
@@ -56,6 +56,7 @@ class FeaturePolicyAdmin(admin.ModelAdmin):
         saved = feature_policy_update(
             feature=obj.feature,
             fallback_models=form.cleaned_data["fallback_models"],
+            mode=form.cleaned_data["mode"],
             by=request.user,  # type: ignore[arg-type]
         )
         obj.pk, obj.updated_at = saved.pk, saved.updated_at

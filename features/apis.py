@@ -21,12 +21,18 @@ from features.services import feature_policy_update, validate_feature
 from keys.permissions import HasScope
 from keys.scopes import ADMIN
 
+POLICY_FIELDS = ("fallback_models", "mode")
+"""What a PUT may set; a field left out keeps its value."""
+
 
 class FeaturePolicyOutputSerializer(serializers.Serializer):
     feature = serializers.CharField()
     fallback_models = serializers.ListField(
         child=serializers.CharField(),
         help_text="Models tried in order after the job's own one (jobs/fallbacks.py).",
+    )
+    mode = serializers.CharField(
+        help_text="realtime or deferred: the mode of the feature's jobs that ask for none."
     )
     configured = serializers.BooleanField(
         help_text="False: the feature has no policy yet and shows the defaults."
@@ -40,6 +46,7 @@ def _body(policy: FeaturePolicy | None, feature: str) -> dict[str, Any]:
         return {
             "feature": feature,
             "fallback_models": [],
+            "mode": "realtime",
             "configured": False,
             "updated_at": None,
             "updated_by": None,
@@ -47,6 +54,7 @@ def _body(policy: FeaturePolicy | None, feature: str) -> dict[str, Any]:
     return {
         "feature": policy.feature,
         "fallback_models": list(policy.fallback_models or []),
+        "mode": policy.mode,
         "configured": True,
         "updated_at": policy.updated_at,
         "updated_by": policy.updated_by.get_username() if policy.updated_by else None,
@@ -103,7 +111,12 @@ class FeatureDetailApi(APIView):
     )
     class InputSerializer(serializers.Serializer):
         fallback_models = serializers.JSONField(
-            help_text="Priced models in order, at most 5; [] removes every fallback."
+            required=False, help_text="Priced models in order, at most 5; [] removes every one."
+        )
+        mode = serializers.ChoiceField(
+            choices=["realtime", "deferred"],
+            required=False,
+            help_text="The mode of the feature's jobs that ask for none.",
         )
 
     @extend_schema(
@@ -133,6 +146,7 @@ class FeatureDetailApi(APIView):
                     400: [
                         "invalid_feature",
                         "invalid_fallback_models",
+                        "invalid_mode",
                         "unknown_model",
                         "unknown_field",
                     ],
@@ -153,22 +167,35 @@ class FeatureDetailApi(APIView):
         data = request.data if isinstance(request.data, dict) else None
         if data is None:
             raise ValidationFailed("The body must be a JSON object.", code="invalid_request")
-        unknown = sorted(set(data) - {"fallback_models"})
+        unknown = sorted(set(data) - set(POLICY_FIELDS))
         if unknown:
             raise ValidationFailed(
                 f"Unknown field: {unknown[0]}.",
                 code="unknown_field",
-                detail={"field": unknown[0], "fields": ["fallback_models"]},
+                detail={"field": unknown[0], "fields": list(POLICY_FIELDS)},
             )
-        if "fallback_models" not in data:
+        if not data:
             raise ValidationFailed(
-                "fallback_models is required.",
+                f"Give at least one of {', '.join(POLICY_FIELDS)}.",
+                code="invalid_request",
+                detail={"fields": list(POLICY_FIELDS)},
+            )
+        if "fallback_models" in data and data["fallback_models"] is None:
+            raise ValidationFailed(
+                "fallback_models must be a list of model names.",
                 code="invalid_fallback_models",
                 detail={"field": "fallback_models"},
             )
+        if "mode" in data and data["mode"] is None:
+            raise ValidationFailed(
+                "mode must be 'realtime' or 'deferred'.",
+                code="invalid_mode",
+                detail={"field": "mode"},
+            )
         policy = feature_policy_update(
             feature=feature,
-            fallback_models=data["fallback_models"],
+            fallback_models=data.get("fallback_models"),
+            mode=data.get("mode"),
             by=cast(User, request.user),
         )
         return Response(FeaturePolicyOutputSerializer(_body(policy, policy.feature)).data)

@@ -19,6 +19,12 @@ class FeaturePolicy(models.Model):
             "when the limiter cannot admit it within LLM_FALLBACK_AFTER_WAIT_SECONDS."
         ),
     )
+    mode = models.CharField(
+        max_length=10,
+        choices=[("realtime", "Real time"), ("deferred", "Deferred (batch price)")],
+        default="realtime",
+        help_text="The mode of the feature's jobs that do not ask for one.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,

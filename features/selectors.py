@@ -4,7 +4,7 @@ from django.db.models import QuerySet
 
 from features.models import FeaturePolicy
 
-__all__ = ["fallback_models_for", "feature_policies", "feature_policy_for"]
+__all__ = ["fallback_models_for", "feature_mode", "feature_policies", "feature_policy_for"]
 
 
 def feature_policy_for(*, feature: str) -> FeaturePolicy | None:
@@ -23,3 +23,9 @@ def fallback_models_for(*, feature: str) -> list[str]:
         .first()
     )
     return list(models or [])
+
+
+def feature_mode(*, feature: str) -> str:
+    """The feature's default mode (``realtime`` without a policy)."""
+    mode = FeaturePolicy.objects.filter(feature=feature).values_list("mode", flat=True).first()
+    return mode or "realtime"

@@ -61,21 +61,38 @@ def validate_fallback_models(value: Any) -> list[str]:
     return list(value)
 
 
+def validate_policy_mode(mode: Any) -> str:
+    if mode not in ("realtime", "deferred"):
+        raise ValidationFailed(
+            "mode must be 'realtime' or 'deferred'.", code="invalid_mode", detail={"field": "mode"}
+        )
+    return str(mode)
+
+
 @transaction.atomic
 def feature_policy_update(
-    *, feature: str, fallback_models: list[str], by: User | None = None
+    *,
+    feature: str,
+    fallback_models: list[str] | None = None,
+    mode: str | None = None,
+    by: User | None = None,
 ) -> FeaturePolicy:
-    """Create or replace a feature's policy. Jobs already waiting follow it from their next
-    move on; a job's own model always comes first."""
+    """Create a feature's policy or change the settings given (None: left as it is). Jobs
+    already waiting follow the fallbacks from their next move on; a job's own model always
+    comes first. ``mode`` is the default of jobs submitted from now on."""
     feature = validate_feature(feature)
-    models = validate_fallback_models(fallback_models)
+    models = None if fallback_models is None else validate_fallback_models(fallback_models)
+    mode = None if mode is None else validate_policy_mode(mode)
     try:
         with transaction.atomic():
             policy, _ = FeaturePolicy.objects.get_or_create(feature=feature)
     except IntegrityError:  # a concurrent first PUT of the same feature inserted it
         policy = FeaturePolicy.objects.get(feature=feature)
     policy = FeaturePolicy.objects.select_for_update().get(id=policy.id)
-    policy.fallback_models = models
+    if models is not None:
+        policy.fallback_models = models
+    if mode is not None:
+        policy.mode = mode
     policy.updated_by = by
     policy.save()
     return policy

@@ -14,7 +14,12 @@ from ledger.models import ModelPrice
 from ledger.selectors import price_for_model, unknown_model_error
 from providers.selectors import provider_row
 
-__all__ = ["check_against_price_table", "check_budgets_not_spent", "idempotency_key_hash"]
+__all__ = [
+    "check_against_price_table",
+    "check_budgets_not_spent",
+    "idempotency_key_hash",
+    "mode_for",
+]
 
 
 def check_against_price_table(*, model: str, max_tokens: int, kind: str = "chat") -> None:
@@ -95,3 +100,18 @@ def idempotency_key_hash(key: str) -> str:
             "Idempotency-Key must be at most 255 characters.", code="invalid_idempotency_key"
         )
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def mode_for(*, feature: str, model: str, asked: str | None) -> str:
+    """The mode a job runs in: as asked, else its feature policy's, else ``realtime``. A
+    deferred job of a provider without a Message Batches API (an OpenAI-compatible one) runs in
+    real time."""
+    from features.selectors import feature_mode
+
+    mode = asked or feature_mode(feature=feature)
+    if mode == "deferred":
+        price = price_for_model(model=model)
+        row = provider_row(name=price.provider_name) if price is not None else None
+        if row is not None and row.kind != "anthropic":
+            return "realtime"
+    return mode

@@ -60,6 +60,9 @@ class JobOutputSerializer(serializers.ModelSerializer):
     cost_usd = serializers.DecimalField(max_digits=16, decimal_places=6, coerce_to_string=True)
     error = serializers.SerializerMethodField()
     duration_ms = serializers.IntegerField(read_only=True, allow_null=True)
+    provider_batch = serializers.SerializerMethodField(
+        help_text="The provider's id of the message batch its last deferred attempt went in."
+    )
     served_by = serializers.SerializerMethodField(
         help_text="The model that answered: ``model``, or a fallback of the feature's policy "
         "(null until the job completes)."
@@ -74,6 +77,8 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "model",
             "served_by",
             "kind",
+            "mode",
+            "provider_batch",
             "concurrency_key",
             "attempts",
             "created_at",
@@ -86,6 +91,12 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "cost_usd",
             "error",
         ]
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_provider_batch(self, job: LlmJob) -> str | None:
+        if job.provider_batch_id is None:
+            return None
+        return job.provider_batch.provider_batch_id if job.provider_batch else None
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_served_by(self, job: LlmJob) -> str | None:

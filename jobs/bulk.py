@@ -20,7 +20,7 @@ options ``job_rq_options`` gives one job; only the writes are grouped:
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 from rq import Queue
 
 from api.errors import ApplicationError, ValidationFailed
-from jobs.admission import check_against_price_table, check_budgets_not_spent
+from jobs.admission import check_against_price_table, check_budgets_not_spent, mode_for
 from jobs.models import LlmJob
 from jobs.services import job_build, job_rq_options
 from jobs.transitions import Transition, transitions_committed
@@ -155,9 +155,21 @@ def jobs_submit_many(
 ) -> list[LlmJob]:
     """Insert validated jobs, count and announce them (SUBMITTED), and push their RQ jobs in
     chunks once the caller's transaction commits. Call inside that transaction."""
+    modes: dict[tuple[str, str, str | None], str] = {}
+
+    def resolved(request: JobRequest) -> JobRequest:
+        # One feature-policy read per feature, model and asked mode, not one per job.
+        key = (request.feature, request.model, request.mode)
+        if key not in modes:
+            modes[key] = mode_for(feature=request.feature, model=request.model, asked=request.mode)
+        return replace(request, mode=modes[key])
+
     jobs = [
         job_build(
-            user=user, request=new.request, fingerprint=new.fingerprint, api_key_id=api_key_id
+            user=user,
+            request=resolved(new.request),
+            fingerprint=new.fingerprint,
+            api_key_id=api_key_id,
         )
         for new in new_jobs
     ]
@@ -207,7 +219,12 @@ def insert_rows(rows: Sequence[Model]) -> None:
 def _push_many_on_commit(jobs: list[LlmJob]) -> None:
     """``_push_on_commit`` of jobs/services.py for many jobs: the same RQ job ids and options,
     one Redis pipeline per chunk."""
-    pushes = [(str(job.id), job_rq_options(job)) for job in jobs]
+    # A deferred job waits for the deferred loop (deferred/services.py), never for the queue.
+    pushes = [
+        (str(job.id), job_rq_options(job)) for job in jobs if job.mode != LlmJob.Mode.DEFERRED
+    ]
+    if not pushes:
+        return
 
     def push() -> None:
         queue = rq_queue(LLM_QUEUE)

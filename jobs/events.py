@@ -51,7 +51,16 @@ def event_for(job: LlmJob) -> dict[str, Any]:
     data = _serializer.to_representation(job)
     payload = {
         key: data[key]
-        for key in ("id", "status", "attempts", "cost_usd", "next_attempt_at", "error")
+        for key in (
+            "id",
+            "status",
+            "attempts",
+            "cost_usd",
+            "next_attempt_at",
+            "error",
+            "mode",
+            "provider_batch",
+        )
     }
     if job.status == LlmJob.Status.COMPLETED or (
         job.status == LlmJob.Status.CANCELLED and job.output_text is not None

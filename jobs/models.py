@@ -29,6 +29,10 @@ class LlmJob(models.Model):
         CHAT = "chat", "Chat (Messages)"
         EMBEDDING = "embedding", "Embedding"
 
+    class Mode(models.TextChoices):
+        REALTIME = "realtime", "Real time"
+        DEFERRED = "deferred", "Deferred (provider message batches, at the batch price)"
+
     FINAL_STATUSES = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
     WAITING_STATUSES = (Status.QUEUED, Status.RETRYING)
     REQUEST_FIELDS = ("messages", "system", "metadata", "input")
@@ -65,6 +69,23 @@ class LlmJob(models.Model):
         null=True,
         blank=True,
         help_text="When the rate limiter first held it on current_model (a fallback's trigger).",
+    )
+    mode = models.CharField(
+        max_length=10,
+        choices=Mode.choices,
+        default=Mode.REALTIME,
+        help_text=(
+            "deferred: sent in a provider message batch by the deferred loop (deferred/), "
+            "never pushed on the llm queue; realtime once it falls back."
+        ),
+    )
+    provider_batch = models.ForeignKey(
+        "deferred.ProviderBatch",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="The provider batch of its last deferred attempt (in it while running).",
     )
     kind = models.CharField(
         max_length=10,
@@ -177,6 +198,10 @@ class LlmJob(models.Model):
             models.Index(fields=["status", "next_attempt_at"], name="job_status_next"),
             models.Index(fields=["status", "enqueued_at"], name="job_status_enqueued"),
             models.Index(fields=["status", "heartbeat_at"], name="job_status_heartbeat"),
+            # The deferred loop's flush: waiting deferred jobs per model.
+            models.Index(
+                fields=["mode", "status", "current_model", "enqueued_at"], name="job_deferred_wait"
+            ),
             # The ops dashboard: jobs finished per minute and the wait/runtime percentiles of
             # the last hours read this index alone (bench/dashboard.py).
             models.Index(

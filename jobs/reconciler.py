@@ -88,7 +88,10 @@ class ReconcileReport:
 def _recover_stale(report: ReconcileReport) -> None:
     connection = django_rq.get_connection(LLM_QUEUE)
     cutoff = timezone.now() - timedelta(seconds=settings.LLM_STALE_AFTER_SECONDS)
-    stale = LlmJob.objects.filter(status=LlmJob.Status.RUNNING, heartbeat_at__lt=cutoff)
+    # A job running in a provider batch has no worker and no heartbeat: the deferred loop's.
+    stale = LlmJob.objects.filter(status=LlmJob.Status.RUNNING, heartbeat_at__lt=cutoff).exclude(
+        mode=LlmJob.Mode.DEFERRED, provider_batch__isnull=False
+    )
     after = None
     for _ in range(MAX_BATCHES_PER_PASS):
         page = stale.filter(id__gt=after) if after else stale
@@ -161,7 +164,7 @@ def requeue_waiting_jobs(
         Q(status=LlmJob.Status.QUEUED, enqueued_at__lt=cutoff)
         # A retry is looked at once lost (grace) or overdue, whichever comes first.
         | Q(status=LlmJob.Status.RETRYING, next_attempt_at__lt=max(cutoff, overdue_cutoff))
-    )
+    ).exclude(mode=LlmJob.Mode.DEFERRED)  # waiting for the deferred loop, not for the queue
     held = breakers_held()
     if not held:
         _requeue(queue, waiting, report, overdue_cutoff=overdue_cutoff, limit=None)

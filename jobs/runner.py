@@ -238,6 +238,11 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
         if waiting is None:
             logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
             return "skipped"
+        if waiting.mode == LlmJob.Mode.DEFERRED:
+            logger.info(
+                "job %s is deferred: the deferred loop sends it in a provider batch", job_id
+            )
+            return "deferred"
         # Each provider has its own breaker: an open one holds only its own provider's jobs.
         provider_name = provider_name_for_model(model=waiting.run_model)
         gate = breaker_gate(provider=provider_name)

@@ -42,7 +42,9 @@ def job_oldest_overdue_retry(
     """The retrying job whose next attempt fell due longest ago, if that was before
     ``due_before``: its retry should have run by now (no scheduler, or workers far behind).
     ``exclude_models``: models whose jobs wait on purpose (their provider's breaker is open)."""
-    overdue = LlmJob.objects.filter(status=LlmJob.Status.RETRYING, next_attempt_at__lt=due_before)
+    overdue = LlmJob.objects.filter(
+        status=LlmJob.Status.RETRYING, next_attempt_at__lt=due_before
+    ).exclude(mode=LlmJob.Mode.DEFERRED)  # the deferred loop's, flushed on its own clock
     if exclude_models:
         overdue = overdue.exclude(current_model__in=exclude_models)
     return overdue.order_by("next_attempt_at").first()

@@ -17,6 +17,7 @@ one after-commit hook that WebSocket events, metrics and budgets subscribe to. `
 only holds the lock, beats the heartbeat and makes the call.
 """
 
+import dataclasses
 import logging
 import uuid
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -38,6 +39,7 @@ from jobs.admission import (
     check_against_price_table,
     check_budgets_not_spent,
     idempotency_key_hash,
+    mode_for,
 )
 from jobs.cancellation import cancel_signal_on_commit
 from jobs.dead_letter import DeadLetter, dead_letter_attach
@@ -46,7 +48,7 @@ from jobs.models import LlmJob
 from jobs.retry_policy import Classification, decide
 from jobs.selectors import jobs_runnable
 from jobs.timeouts import job_timeout_for
-from jobs.transitions import Transition, transition_committed
+from jobs.transitions import Transition, transition_committed, transitions_committed
 from jobs.validation import JobRequest, validate_job_request
 from ledger.budgets import BudgetRefusal, Reservation, budget_claim
 from ledger.models import CostEntry
@@ -65,6 +67,8 @@ __all__ = [
     "CancelledResult",
     "SuccessResult",
     "job_attempt_failed",
+    "job_batch_claim",
+    "job_batch_superseded",
     "job_budget_refused",
     "job_build",
     "job_cancel",
@@ -78,6 +82,7 @@ __all__ = [
     "job_recover",
     "job_requeue",
     "job_rq_options",
+    "job_run_in_real_time",
     "job_submit",
 ]
 
@@ -96,6 +101,8 @@ class SuccessResult:
     """Every content block of the answer (text, thinking, tool_use, ...)."""
     embeddings: list[bytes] | None = None
     """An embedding job's vectors (float32 little-endian each), kept in embeddings/."""
+    batch: bool = False
+    """The answer of a provider message batch item: booked at the batch price."""
 
 
 @dataclass
@@ -160,6 +167,8 @@ def job_rq_options(job: LlmJob) -> dict[str, Any]:
 
 def _push_on_commit(job: LlmJob, *, delay_seconds: float | None = None) -> None:
     """Push the RQ job the row already points at (``rq_job_id``) once the transaction commits."""
+    if job.mode == LlmJob.Mode.DEFERRED:
+        return  # the deferred loop sends it in a provider batch (deferred/services.py)
     job_id, options = str(job.id), job_rq_options(job)
 
     def push() -> None:
@@ -218,6 +227,8 @@ def job_submit(
     check_against_price_table(model=request.model, max_tokens=request.max_tokens, kind=request.kind)
     check_budgets_not_spent(feature=request.feature, user=user, api_key_id=api_key_id)
     fingerprint = request.fingerprint()
+    mode = mode_for(feature=request.feature, model=request.model, asked=request.mode)
+    request = dataclasses.replace(request, mode=mode)
 
     key_hash = None
     if idempotency_key:
@@ -273,6 +284,7 @@ def job_build(
         feature=request.feature,
         model=request.model,
         current_model=request.model,
+        mode=request.mode or LlmJob.Mode.REALTIME,
         kind=request.kind,
         input=request.input,
         messages=request.messages,
@@ -389,6 +401,7 @@ def job_complete(*, job_id: uuid.UUID, attempt: int, result: SuccessResult) -> L
         http_status=result.http_status,
         request_id=result.request_id,
         latency_ms=result.latency_ms,
+        batch=result.batch,
     )
     if job.status == LlmJob.Status.RUNNING and job.attempts == attempt:
         entry = cost_entry_record_attempt(job=job, attempt=attempt, record=record)
@@ -472,15 +485,22 @@ def job_attempt_failed(
 
 
 @transaction.atomic
-def job_recover(*, job_id: uuid.UUID, stale_before: datetime) -> LlmJob | None:
+def job_recover(
+    *, job_id: uuid.UUID, stale_before: datetime, in_batch: int | None = None
+) -> LlmJob | None:
     """The reconciler's transition for a running job whose worker is gone (killed, crashed or
-    cut off): the attempt is booked at its upper bound and retried as ``worker_lost``."""
+    cut off): the attempt is booked at its upper bound and retried as ``worker_lost``.
+
+    A job running in a provider batch has no worker: only the deferred loop recovers it, for a
+    batch it claimed and never confirmed sent (``in_batch``)."""
     from jobs.retry_policy import classify
 
     job = LlmJob.objects.select_for_update().get(id=job_id)
     if job.status != LlmJob.Status.RUNNING or (
         job.heartbeat_at is not None and job.heartbeat_at >= stale_before
     ):
+        return None
+    if _in_provider_batch(job) and job.provider_batch_id != in_batch:
         return None
     failure = AttemptFailure(
         classification=classify(kind="worker_lost"),
@@ -743,7 +763,14 @@ def job_cancel(*, job: LlmJob, running: bool = False) -> LlmJob:
     for a final job (and, without ``running``, a running one: batches and pipelines let a job
     that started run to its end)."""
     now = timezone.now()
-    updated = LlmJob.objects.filter(id=job.id, status__in=LlmJob.WAITING_STATUSES).update(
+    # A job waiting in a provider batch has no stream to close: it is cancelled at once, and its
+    # batch result, if it comes, is booked superseded (deferred/services.py).
+    cancellable = Q(status__in=LlmJob.WAITING_STATUSES) | Q(
+        status=LlmJob.Status.RUNNING,
+        mode=LlmJob.Mode.DEFERRED,
+        provider_batch__isnull=False,
+    )
+    updated = LlmJob.objects.filter(cancellable, id=job.id).update(
         status=LlmJob.Status.CANCELLED, completed_at=now, next_attempt_at=None
     )
     if (
@@ -858,3 +885,98 @@ def job_requeue(*, job: LlmJob, model: str | None = None) -> bool:
                 reason=f"job {job.id} ({failed_reason}) requeued",
             )
     return bool(updated)
+
+
+# --- Deferred jobs: provider message batches (deferred/services.py decides) --------------------
+
+
+def _in_provider_batch(job: LlmJob) -> bool:
+    """Running in a provider batch: no worker, no heartbeat; the deferred loop books it."""
+    return (
+        job.status == LlmJob.Status.RUNNING
+        and job.mode == LlmJob.Mode.DEFERRED
+        and job.provider_batch_id is not None
+    )
+
+
+def job_batch_claim(*, jobs: list[tuple[LlmJob, Reservation]], batch_id: int) -> list[LlmJob]:
+    """queued|retrying -> running in provider batch ``batch_id``: each deferred job's next
+    attempt, its budget reservation (at the batch price) claimed with it. Inside the caller's
+    transaction (which also writes the batch's items); one savepoint per job, so a job that
+    moved meanwhile or whose reservation was released stays out. Returns the claimed jobs, their
+    ``attempts`` the attempt sent."""
+    now = timezone.now()
+    claimed = []
+    for job, reservation in jobs:
+        with transaction.atomic():
+            if not LlmJob.objects.filter(
+                id=job.id,
+                status__in=LlmJob.WAITING_STATUSES,
+                mode=LlmJob.Mode.DEFERRED,
+                attempts=job.attempts,
+            ).update(
+                status=LlmJob.Status.RUNNING,
+                attempts=F("attempts") + 1,
+                budget_attempts=F("budget_attempts") + 1,
+                started_at=Coalesce(F("started_at"), now),
+                heartbeat_at=now,
+                next_attempt_at=None,
+                provider_batch_id=batch_id,
+            ):
+                continue
+            if not budget_claim(reservation=reservation):
+                transaction.set_rollback(True)
+                continue
+        job.status = LlmJob.Status.RUNNING
+        job.attempts += 1
+        job.budget_attempts += 1
+        job.started_at = job.started_at or now
+        job.heartbeat_at, job.next_attempt_at, job.provider_batch_id = now, None, batch_id
+        claimed.append(job)
+    if claimed:
+        transitions_committed(claimed, Transition.CLAIMED)
+    return claimed
+
+
+@transaction.atomic
+def job_run_in_real_time(
+    *, job_id: uuid.UUID, attempt: int, record: AttemptRecord | None, reason: str
+) -> LlmJob | None:
+    """running in a provider batch -> retrying at once, in real time (pushed on the llm queue).
+
+    ``record``: the batch attempt's result (expired, cancelled at the provider), booked now.
+    None: the batch still runs (the job's deadline is near); its result is booked superseded when
+    it comes. None when the job is no longer waiting on that attempt."""
+    job = LlmJob.objects.select_for_update().get(id=job_id)
+    if not _in_provider_batch(job) or job.attempts != attempt:
+        return None
+    fields = ["status", "next_attempt_at", "mode", "cost_usd"]
+    if record is not None:
+        record.retry_delay_seconds = 0.0
+        entry = cost_entry_record_attempt(job=job, attempt=attempt, record=record)
+        job.cost_usd = job.cost_usd + entry.cost_usd
+    logger.warning(
+        "job %s runs in real time: its provider batch item %s",
+        job.id,
+        "ran late for its deadline" if reason == "deadline" else f"ended {reason}",
+        extra={"job_id": str(job.id)},
+    )
+    job.mode = LlmJob.Mode.REALTIME
+    return _schedule_retry(job, at=timezone.now(), fields=fields)
+
+
+@transaction.atomic
+def job_batch_superseded(
+    *, job_id: uuid.UUID, attempt: int, record: AttemptRecord, moved_to_real_time: bool
+) -> LlmJob:
+    """Book the result of a batch attempt whose job moved on (to real time, or cancelled): it
+    was paid, so the ledger holds it, marked superseded; the job's answer is not changed."""
+    job = LlmJob.objects.select_for_update().get(id=job_id)
+    record.superseded = True
+    if moved_to_real_time:
+        # The move was this attempt's retry (its "retrying" transition; metrics/ count it so).
+        record.retry_delay_seconds = 0.0
+    entry = cost_entry_record_attempt(job=job, attempt=attempt, record=record)
+    if entry.cost_usd:
+        LlmJob.objects.filter(id=job.id).update(cost_usd=F("cost_usd") + entry.cost_usd)
+    return job

@@ -11,7 +11,7 @@ from typing import Any
 from api.errors import ValidationFailed
 from jobs.request_params import PARAM_FIELDS, validate_params
 
-__all__ = ["JobRequest", "validate_feature_and_model", "validate_job_request"]
+__all__ = ["JobRequest", "validate_feature_and_model", "validate_job_request", "validate_mode"]
 
 ALLOWED_FIELDS = {
     "feature",
@@ -22,8 +22,10 @@ ALLOWED_FIELDS = {
     "temperature",
     "metadata",
     "concurrency_key",
+    "mode",
     *PARAM_FIELDS,
 }
+MODES = ("realtime", "deferred")
 MAX_CONCURRENCY_KEY_LENGTH = 200
 FEATURE_RE = re.compile(r"^[a-z0-9]+(?:[-_][a-z0-9]+)*$")
 MAX_FEATURE_LENGTH = 64
@@ -52,6 +54,8 @@ class JobRequest:
     """chat, or embedding (embeddings/validation.py builds those, with ``input``)."""
     input: list[str] | None = None
     """An embedding job's texts, in order."""
+    mode: str | None = None
+    """realtime or deferred as asked; None: the feature policy's (jobs/admission.py)."""
 
     def fingerprint(self) -> str:
         # The fields as they are: json.dumps walks them without the deep copy asdict makes
@@ -59,7 +63,7 @@ class JobRequest:
         fields = {field.name: getattr(self, field.name) for field in dataclass_fields(self)}
         if fields["kind"] == "chat":
             del fields["kind"]
-        for later in ("concurrency_key", "params", "input"):
+        for later in ("concurrency_key", "params", "input", "mode"):
             if not fields[later]:
                 # Jobs submitted before the field existed keep the fingerprint they were given.
                 del fields[later]
@@ -232,6 +236,13 @@ def validate_feature_and_model(data: dict[str, Any]) -> tuple[str, str]:
     return feature, model
 
 
+def validate_mode(mode: Any) -> str | None:
+    """``realtime``, ``deferred`` (a provider message batch, at the batch price) or None."""
+    if mode is None or mode in MODES:
+        return mode
+    raise _fail("invalid_mode", "mode must be 'realtime' or 'deferred'.", "mode")
+
+
 def validate_job_request(data: Any) -> JobRequest:
     """Check the shape of a submit body. Model existence and limits are checked by the service,
     which knows the price table."""
@@ -305,8 +316,10 @@ def validate_job_request(data: Any) -> JobRequest:
                 "concurrency_key",
             )
 
+    mode = validate_mode(data.get("mode"))
     params = validate_params(data, max_tokens=max_tokens, temperature=temperature)
     return JobRequest(
+        mode=mode,
         feature=feature,
         model=model,
         messages=messages,

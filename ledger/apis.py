@@ -39,6 +39,12 @@ class CostReportRowSerializer(serializers.Serializer):
     tokens = serializers.DictField(child=serializers.IntegerField())
     cost_usd = serializers.DecimalField(max_digits=16, decimal_places=6, coerce_to_string=True)
     failures = serializers.IntegerField()
+    batch_saved_usd = serializers.DecimalField(
+        max_digits=16,
+        decimal_places=6,
+        coerce_to_string=True,
+        help_text="What deferred work saved against the standard price (Message Batches).",
+    )
 
 
 class CostReportTotalsSerializer(CostReportRowSerializer):

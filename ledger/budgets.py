@@ -23,7 +23,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Literal
 
 from django.conf import settings
@@ -266,9 +266,11 @@ class Reservation:
     amount_usd: Decimal = Decimal(0)
 
 
-def budget_reserve(*, job: "LlmJob", attempt: int) -> BudgetRefusal | Reservation:
+def budget_reserve(
+    *, job: "LlmJob", attempt: int, batch: bool = False
+) -> BudgetRefusal | Reservation:
     """Reserve this attempt's worst case at today's price against every budget that applies,
-    all or none.
+    all or none. ``batch``: an item of a provider message batch, at the batch rate.
 
     Returns the ``Reservation`` (its ``token`` None when no budget applies), else the refusal of
     the first budget it does not fit: ``wait`` when it would fit once the calls in flight
@@ -289,6 +291,10 @@ def budget_reserve(*, job: "LlmJob", attempt: int) -> BudgetRefusal | Reservatio
             max_tokens=job.max_tokens,
             tools=(job.params or {}).get("tools"),
         )
+        if batch:
+            amount = (amount * (Decimal(1) - price.batch_discount)).quantize(
+                Decimal("0.000001"), rounding=ROUND_CEILING
+            )
     now = timezone.now()
     bounds = {b.id: window_bounds(b.period, now) for b in budgets}
     for budget in budgets:

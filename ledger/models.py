@@ -119,6 +119,7 @@ REPORT_COLUMNS = [
     "cache_write_1h_tokens",
     "cache_read_tokens",
     "cost_usd",
+    "batch_saved_usd",
 ]
 """What the cost reports read from each ledger row (ledger/reports.py), carried in their indexes."""
 
@@ -138,6 +139,7 @@ class CostEntry(models.Model):
         CONNECTION_ERROR = "connection_error", "Connection error (not sent)"
         ERROR = "error", "Unexpected error"
         CANCELLED = "cancelled", "Cancelled mid-call"
+        EXPIRED = "expired", "Expired in a message batch (not billed)"
 
     class EntryType(models.TextChoices):
         ATTEMPT = "attempt", "Attempt"
@@ -202,6 +204,20 @@ class CostEntry(models.Model):
     cost_usd = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal("0"))
     is_estimated = models.BooleanField(
         default=False, help_text="Upper-bound estimate: the provider may or may not have billed it."
+    )
+    is_batch = models.BooleanField(
+        default=False, help_text="An item of a provider message batch, priced at the batch rate."
+    )
+    is_superseded = models.BooleanField(
+        default=False,
+        help_text="A batch result booked after its job moved on (to real time, or cancelled): "
+        "paid, so booked, but not the job's answer.",
+    )
+    batch_saved_usd = models.DecimalField(
+        max_digits=16,
+        decimal_places=6,
+        default=Decimal("0"),
+        help_text="What the batch price saved against the standard price for this row.",
     )
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     retry_delay_seconds = models.FloatField(

@@ -10,6 +10,7 @@ REPORT_COLUMNS = [
     *(f"{kind}_tokens" for kind in TOKEN_KINDS),
     "cost_usd",
     "failures",
+    "batch_saved_usd",
 ]
 """The figures of a row, after its key, in the order every export prints them."""
 
@@ -21,6 +22,7 @@ def _cells(row: CostReportRow) -> list[str]:
         *(str(row.tokens[kind]) for kind in TOKEN_KINDS),
         f"{row.cost_usd:.6f}",
         str(row.failures),
+        f"{row.batch_saved_usd:.6f}",
     ]
 
 

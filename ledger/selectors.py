@@ -92,6 +92,8 @@ class CostReportRow:
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KINDS, 0))
     cost_usd: Decimal = Decimal("0")
     failures: int = 0
+    batch_saved_usd: Decimal = Decimal("0")
+    """What deferred work (provider message batches) saved against the standard price."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,7 @@ def cost_report(
             jobs=Count("job_id", distinct=True),
             attempts=Count("id", filter=Q(entry_type=CostEntry.EntryType.ATTEMPT)),
             cost=Sum("cost_usd"),
+            saved=Sum("batch_saved_usd"),
             **sums,
         )
     )
@@ -237,6 +240,7 @@ def cost_report(
             tokens={kind: int(values[kind] or 0) for kind in TOKEN_KINDS},
             cost_usd=values["cost"] or Decimal("0"),
             failures=failed.get(values["group"], 0),
+            batch_saved_usd=values["saved"] or Decimal("0"),
         )
     for group, count in failed.items():
         # A job that failed in range whose attempts were all booked before it.
@@ -256,6 +260,7 @@ def cost_report(
         tokens={kind: sum(row.tokens[kind] for row in keyed) for kind in TOKEN_KINDS},
         cost_usd=sum((row.cost_usd for row in keyed), Decimal("0")),
         failures=sum(row.failures for row in keyed),
+        batch_saved_usd=sum((row.batch_saved_usd for row in keyed), Decimal("0")),
     )
     return CostReport(group_by=group_by, since=since, until=until, rows=keyed, totals=totals)
 

@@ -53,6 +53,10 @@ class AttemptRecord:
     output_tokens_bound: int | None = None
     """A stream that ended early: the most output tokens it generated, when known (None with
     ``usage``: up to ``max_tokens``). With either, the row books the stream's usage, bounded."""
+    batch: bool = False
+    """An item of a provider message batch: priced at the model's batch rate."""
+    superseded: bool = False
+    """A batch result whose job had moved on: booked (it was paid), not the job's answer."""
 
 
 def job_upper_bound_cost(*, job: "LlmJob") -> Decimal:
@@ -77,8 +81,11 @@ def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRec
     # either way the rate of this attempt, not of the job's first.
     price = budget_reserved_price(job=job, attempt=attempt) or price_for_model(model=job.run_model)
     estimated = False
+    saved = Decimal(0)
     if record.outcome == CostEntry.Outcome.SUCCESS:
-        cost = attempt_cost(price, record.usage) if price else Decimal(0)
+        cost = attempt_cost(price, record.usage, batch=record.batch) if price else Decimal(0)
+        if record.batch and price is not None:
+            saved = attempt_cost(price, record.usage) - cost
     elif (
         record.maybe_billed
         and price is not None
@@ -110,7 +117,13 @@ def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRec
     else:
         cost = Decimal(0)
     return _create_row(
-        job=job, attempt=attempt, record=record, price=price, cost=cost, is_estimated=estimated
+        job=job,
+        attempt=attempt,
+        record=record,
+        price=price,
+        cost=cost,
+        is_estimated=estimated,
+        batch_saved_usd=saved,
     )
 
 
@@ -159,6 +172,7 @@ def _create_row(
     is_estimated: bool = False,
     entry_type: str = CostEntry.EntryType.ATTEMPT,
     corrects: CostEntry | None = None,
+    batch_saved_usd: Decimal = Decimal(0),
 ) -> CostEntry:
     entry = CostEntry.objects.create(
         job=job,
@@ -183,6 +197,9 @@ def _create_row(
         latency_ms=record.latency_ms,
         cost_usd=cost,
         is_estimated=is_estimated,
+        is_batch=record.batch,
+        is_superseded=record.superseded,
+        batch_saved_usd=batch_saved_usd,
         retry_delay_seconds=record.retry_delay_seconds,
         **_usage_fields(record.usage),
     )

@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "keys",
     "embeddings",
     "features",
+    "deferred",
 ]
 
 MIDDLEWARE = [
@@ -333,6 +334,15 @@ LLM_OVERDUE_RETRY_ALERT_SECONDS = env.number("LLM_OVERDUE_RETRY_ALERT_SECONDS", 
 LLM_FALLBACK_AFTER_ATTEMPTS = env.integer("LLM_FALLBACK_AFTER_ATTEMPTS", 2, minimum=1)
 # A limiter wait this long (a full minute's window is 60 s) is better spent on the next model.
 LLM_FALLBACK_AFTER_WAIT_SECONDS = env.number("LLM_FALLBACK_AFTER_WAIT_SECONDS", 30.0, minimum=0.0)
+# Deferred jobs (deferred/): gathered per model into provider message batches at the batch price.
+LLM_DEFERRED_FLUSH_SECONDS = env.number("LLM_DEFERRED_FLUSH_SECONDS", 60.0, minimum=0.0)
+LLM_DEFERRED_MAX_BATCH = env.integer("LLM_DEFERRED_MAX_BATCH", 10_000, minimum=1)
+# A batch is read this often: results are there only once it ends (minutes to hours).
+LLM_DEFERRED_POLL_SECONDS = env.number("LLM_DEFERRED_POLL_SECONDS", 10.0, minimum=0.1)
+# Beyond a real-time run's own bound (its RQ timeout): 10 minutes of slack before a deadline.
+LLM_DEFERRED_FALLBACK_MARGIN_SECONDS = env.number(
+    "LLM_DEFERRED_FALLBACK_MARGIN_SECONDS", 600.0, minimum=0.0
+)
 
 # --- Rate limits (ratelimits/, checked in ratelimits/checks.py) ------------------------------
 LLM_RATE_LIMIT_ENABLED = env.switch("LLM_RATE_LIMIT_ENABLED", True)

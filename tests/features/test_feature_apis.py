@@ -37,6 +37,7 @@ def test_it_shows_the_defaults_of_a_feature_without_a_policy(editor):
     assert response.json() == {
         "feature": "email-classify",
         "fallback_models": [],
+        "mode": "realtime",
         "configured": False,
         "updated_at": None,
         "updated_by": None,
@@ -55,8 +56,14 @@ def test_it_sets_and_lists_fallback_models_in_order(editor):
     assert editor.get(URL).json()["fallback_models"] == ["claude-haiku-4-5", "claude-opus-4-6"]
     listed = editor.get("/api/v1/features/").json()
     assert [row["feature"] for row in listed["results"]] == ["email-classify"]
-    # A PUT replaces: [] removes every fallback.
+    # A field left out keeps its value; [] removes every fallback.
+    body = editor.put(URL, {"mode": "deferred"}, format="json").json()
+    assert body["mode"] == "deferred" and body["fallback_models"] == [
+        "claude-haiku-4-5",
+        "claude-opus-4-6",
+    ]
     assert editor.put(URL, {"fallback_models": []}, format="json").json()["fallback_models"] == []
+    assert editor.get(URL).json()["mode"] == "deferred"
 
 
 def test_a_typo_in_a_model_name_is_refused_with_the_nearest_priced_one(editor):
@@ -76,7 +83,9 @@ def test_a_typo_in_a_model_name_is_refused_with_the_nearest_priced_one(editor):
         ({"fallback_models": ["claude-haiku-4-5", "claude-haiku-4-5"]}, "invalid_fallback_models"),
         ({"fallback_models": ["claude-haiku-4-5"] * 6}, "invalid_fallback_models"),
         ({"fallback_models": [1]}, "invalid_fallback_models"),
-        ({}, "invalid_fallback_models"),
+        ({}, "invalid_request"),
+        ({"mode": "later"}, "invalid_mode"),
+        ({"fallback_models": None}, "invalid_fallback_models"),
         ({"fallback_models": [], "fallbacks": []}, "unknown_field"),
     ],
 )
@@ -120,7 +129,12 @@ def test_the_admin_form_checks_the_models_as_the_api_does(db):
     assert response.status_code == 200 and b"Did you mean" in response.content
     assert not FeaturePolicy.objects.exists()
     response = client.post(
-        add, {"feature": "summaries", "fallback_models": "claude-haiku-4-5\nclaude-opus-4-6"}
+        add,
+        {
+            "feature": "summaries",
+            "fallback_models": "claude-haiku-4-5\nclaude-opus-4-6",
+            "mode": "realtime",
+        },
     )
     assert response.status_code == 302, response.content[:2000]
     policy = FeaturePolicy.objects.get(feature="summaries")
