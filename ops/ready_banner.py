@@ -2,8 +2,9 @@
 login and the API key, after the start-up logs rather than lost above them.
 
 Ready means: the web server answers ``/readyz`` (database, Redis, an ``llm`` worker), a worker
-listens on the ``default`` and ``alerts`` queues, the reconciler and the queue monitor have
-each finished a pass since the start, and the fake provider answers when no real key is set."""
+listens on the ``default`` and ``alerts`` queues, the reconciler, the queue monitor and the
+deferred loop have each finished a pass since the start, and the fake provider answers when no
+real key is set."""
 
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from runtime.redis_clients import queue_connection
 
 __all__ = ["DemoLogin", "banner_lines", "demo_login", "not_ready", "wait_until_ready"]
 
-LOOPS = ("reconciler", "monitor")
+LOOPS = ("reconciler", "monitor", "deferred")
 LOOP_PASS_SLACK_SECONDS = 10
 
 
