@@ -97,6 +97,16 @@ def test_deferred_jobs_complete_through_provider_batches_at_half_price(
     assert one.batch_saved_usd == attempt_cost(price, usage) - one.cost_usd
     body = alice_client.get(f"/api/v1/jobs/{jobs[0].id}/").json()
     assert body["mode"] == "deferred" and body["provider_batch"].startswith("msgbatch_")
+    # The cost report shows, per feature, what deferred work saved against the standard price.
+    report = alice_client.get("/api/v1/costs/", {"group_by": "feature"}).json()
+    (row,) = report["rows"]
+    saved = sum(entries.values_list("batch_saved_usd", flat=True), Decimal(0))
+    assert row["key"] == "nightly-summary" and Decimal(row["batch_saved_usd"]) == saved
+    assert saved == pytest.approx(ledger, rel=Decimal("0.01"))  # half price: saved = paid
+    from jobs.events import event_for
+
+    event = event_for(LlmJob.objects.get(id=jobs[0].id))["job"]
+    assert event["mode"] == "deferred" and event["provider_batch"] == body["provider_batch"]
 
 
 def test_errored_items_retry_in_a_later_batch_and_expired_ones_run_in_real_time(
