@@ -59,6 +59,8 @@ class JobOutputSerializer(serializers.ModelSerializer):
     usage = serializers.SerializerMethodField()
     cost_usd = serializers.DecimalField(max_digits=16, decimal_places=6, coerce_to_string=True)
     error = serializers.SerializerMethodField()
+    tags = serializers.ListField(child=serializers.CharField(), read_only=True)
+    deadline = serializers.DateTimeField(read_only=True, allow_null=True)
     duration_ms = serializers.IntegerField(read_only=True, allow_null=True)
 
     class Meta:
@@ -70,6 +72,8 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "model",
             "kind",
             "concurrency_key",
+            "tags",
+            "deadline",
             "attempts",
             "created_at",
             "started_at",
@@ -106,6 +110,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "http_status": job.error_http_status,
             "message": job.error_message,
             "severity": job.error_severity,
+            "deadline_stopped": job.deadline_stopped,
         }
 
 
@@ -143,6 +148,8 @@ class JobListCreateApi(APIView):
                         "invalid_temperature",
                         "invalid_metadata",
                         "invalid_concurrency_key",
+                        "invalid_deadline",
+                        "invalid_tags",
                         "invalid_idempotency_key",
                     ],
                     409: ["idempotency_conflict"],
@@ -168,6 +175,7 @@ class JobListCreateApi(APIView):
         parameters=[
             OpenApiParameter("status", enum=LlmJob.Status.values),
             OpenApiParameter("feature", str),
+            OpenApiParameter("tag", str, description="Only jobs carrying this tag."),
             *error_headers(),
         ],
         responses={
@@ -180,6 +188,7 @@ class JobListCreateApi(APIView):
             user=cast(User, request.user),
             status=request.query_params.get("status"),
             feature=request.query_params.get("feature"),
+            tag=request.query_params.get("tag"),
         )
         return paginated_response(request, self, jobs, JobOutputSerializer)
 

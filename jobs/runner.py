@@ -25,6 +25,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 from jobs.breaker import breaker_close, breaker_gate
 from jobs.cancellation import cancel_watched
 from jobs.concurrency_keys import slot_acquire, slot_extend, slot_release
+from jobs.deadlines import deadline_passed
 from jobs.live_output import LiveOutput, live_keys_clear
 from jobs.models import LlmJob
 from jobs.retry_policy import classify
@@ -38,6 +39,7 @@ from jobs.services import (
     job_cancel_running,
     job_claim,
     job_complete,
+    job_deadline_exceeded,
     job_hold,
 )
 from jobs.timeouts import job_timeout_for
@@ -236,6 +238,12 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
         if waiting is None:
             logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
             return "skipped"
+        # Before the breaker, the limiter, the budget and the claim: a job past its deadline is
+        # never called (jobs/deadlines.py).
+        if deadline_passed(waiting.deadline):
+            ended = job_deadline_exceeded(job_id=waiting.id, rq_job_id=rq_job_id)
+            logger.info("job %s: not started by its deadline, ended failed", job_id)
+            return "deadline_exceeded" if ended is not None else "skipped"
         # Each provider has its own breaker: an open one holds only its own provider's jobs.
         provider_name = provider_name_for_model(model=waiting.model)
         gate = breaker_gate(provider=provider_name)

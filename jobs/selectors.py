@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from api.errors import NotFound, ValidationFailed
 from jobs.models import LlmJob
+from jobs.tags import validate_tag_filter
 
 
 def job_get_for_user(*, user: User, job_id: UUID) -> LlmJob:
@@ -19,7 +20,7 @@ def job_get_for_user(*, user: User, job_id: UUID) -> LlmJob:
 
 
 def job_list_for_user(
-    *, user: User, status: str | None = None, feature: str | None = None
+    *, user: User, status: str | None = None, feature: str | None = None, tag: str | None = None
 ) -> QuerySet[LlmJob]:
     # The list shows output and usage, never the request: leave its large columns unread.
     jobs = LlmJob.objects.filter(user=user).defer(*LlmJob.REQUEST_FIELDS)
@@ -33,6 +34,9 @@ def job_list_for_user(
         jobs = jobs.filter(status=status)
     if feature:
         jobs = jobs.filter(feature=feature)
+    if tag := validate_tag_filter(tag):
+        # The (tag, job) index of JobTag; a job has each tag once, so no duplicates.
+        jobs = jobs.filter(tag_rows__tag=tag)
     return jobs.order_by("-created_at", "-id")
 
 

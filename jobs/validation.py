@@ -6,10 +6,13 @@ import math
 import re
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
+from datetime import datetime
 from typing import Any
 
 from api.errors import ValidationFailed
+from jobs.deadlines import DEADLINE_FIELDS, validate_deadline
 from jobs.request_params import PARAM_FIELDS, validate_params
+from jobs.tags import validate_tags
 
 __all__ = ["JobRequest", "validate_feature_and_model", "validate_job_request"]
 
@@ -22,6 +25,8 @@ ALLOWED_FIELDS = {
     "temperature",
     "metadata",
     "concurrency_key",
+    "tags",
+    *DEADLINE_FIELDS,
     *PARAM_FIELDS,
 }
 MAX_CONCURRENCY_KEY_LENGTH = 200
@@ -52,6 +57,11 @@ class JobRequest:
     """chat, or embedding (embeddings/validation.py builds those, with ``input``)."""
     input: list[str] | None = None
     """An embedding job's texts, in order."""
+    deadline: datetime | None = None
+    """Not started by then, the job fails (jobs/deadlines.py)."""
+    deadline_given: str | None = None
+    """The deadline as submitted (``seconds:<n>`` or the ISO time): what the fingerprint keeps."""
+    tags: list[str] | None = None
 
     def fingerprint(self) -> str:
         # The fields as they are: json.dumps walks them without the deep copy asdict makes
@@ -59,7 +69,8 @@ class JobRequest:
         fields = {field.name: getattr(self, field.name) for field in dataclass_fields(self)}
         if fields["kind"] == "chat":
             del fields["kind"]
-        for later in ("concurrency_key", "params", "input"):
+        del fields["deadline"]  # as given, in deadline_given
+        for later in ("concurrency_key", "params", "input", "deadline_given", "tags"):
             if not fields[later]:
                 # Jobs submitted before the field existed keep the fingerprint they were given.
                 del fields[later]
@@ -306,6 +317,8 @@ def validate_job_request(data: Any) -> JobRequest:
             )
 
     params = validate_params(data, max_tokens=max_tokens, temperature=temperature)
+    deadline, deadline_given = validate_deadline(data)
+    tags = validate_tags(data.get("tags"))
     return JobRequest(
         feature=feature,
         model=model,
@@ -316,4 +329,7 @@ def validate_job_request(data: Any) -> JobRequest:
         metadata=metadata,
         concurrency_key=concurrency_key,
         params=params or None,
+        deadline=deadline,
+        deadline_given=deadline_given,
+        tags=tags or None,
     )

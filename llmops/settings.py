@@ -327,6 +327,10 @@ LLM_BREAKER_ENABLED = env.switch("LLM_BREAKER_ENABLED", True)
 # One call every 30 s is no load, and dispatch resumes within about a minute of a fix.
 LLM_BREAKER_PROBE_SECONDS = env.number("LLM_BREAKER_PROBE_SECONDS", 30.0, minimum=1.0)
 LLM_OVERDUE_RETRY_ALERT_SECONDS = env.number("LLM_OVERDUE_RETRY_ALERT_SECONDS", 120.0, minimum=0.0)
+# Deadlines (jobs/deadlines.py): a WARNING when a feature meets fewer than 95 % in an hour; a
+# job whose deadline is within 60 s of its enqueue goes to the front of the llm queue.
+LLM_DEADLINE_ALERT_RATIO = env.number("LLM_DEADLINE_ALERT_RATIO", 0.95, minimum=0.0)
+LLM_DEADLINE_FRONT_SECONDS = env.number("LLM_DEADLINE_FRONT_SECONDS", 60.0, minimum=0.0)
 
 # --- Rate limits (ratelimits/, checked in ratelimits/checks.py) ------------------------------
 LLM_RATE_LIMIT_ENABLED = env.switch("LLM_RATE_LIMIT_ENABLED", True)
