@@ -6,8 +6,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from api.errors import Conflict
-from jobs.breaker import breaker_close
 from jobs.admin_filters import TagListFilter
+from jobs.breaker import breaker_close
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.services import job_cancel
 from llmops.admin import ReadOnlyAdmin
