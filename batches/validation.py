@@ -3,12 +3,16 @@
 import hashlib
 import json
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 
 from alerts.targets import WEBHOOK, callback_address_problem, target_problem
 from api.errors import ValidationFailed
+from jobs.deadlines import DEADLINE_FIELDS, validate_deadline
+from jobs.tags import validate_tags
 from jobs.validation import JobRequest
 
 __all__ = [
@@ -25,7 +29,18 @@ __all__ = [
 ]
 
 BATCH_FIELDS = frozenset(
-    {"name", "kind", "feature", "model", "items", "allow_failures", "callback_url", "dimensions"}
+    {
+        "name",
+        "kind",
+        "feature",
+        "model",
+        "items",
+        "allow_failures",
+        "callback_url",
+        "dimensions",
+        "tags",
+        *DEADLINE_FIELDS,
+    }
 )
 KINDS = ("chat", "embedding")
 EMBEDDING_ITEM_FIELDS = frozenset({"input", "metadata"})
@@ -50,10 +65,18 @@ class BatchRequest:
     callback_url: str
     kind: str = "chat"
     dimensions: int | None = None
+    deadline: datetime | None = None
+    tags: list[str] = dataclass_field(default_factory=list)
 
     def shared(self) -> dict[str, Any]:
-        """The job fields every item takes from the batch."""
-        return {"feature": self.feature, "model": self.model}
+        """The job fields every item takes from the batch: one deadline for all of them (a
+        ``deadline_seconds`` counts from the batch's submit), and its tags."""
+        shared = {"feature": self.feature, "model": self.model}
+        if self.deadline is not None:
+            shared["deadline"] = self.deadline.isoformat()
+        if self.tags:
+            shared["tags"] = self.tags
+        return shared
 
 
 def _fail(code: str, message: str, field: str, **detail: Any) -> ValidationFailed:
@@ -105,6 +128,9 @@ def validate_batch_request(data: Any) -> BatchRequest:
 
         dimensions = validate_dimensions(dimensions)
 
+    deadline, _given = validate_deadline(data)
+    tags = validate_tags(data.get("tags"))
+
     items = data.get("items")
     if not isinstance(items, list) or not items:
         raise _fail(
@@ -127,6 +153,8 @@ def validate_batch_request(data: Any) -> BatchRequest:
         callback_url=callback_url,
         kind=kind,
         dimensions=dimensions,
+        deadline=deadline,
+        tags=tags,
     )
 
 
