@@ -194,5 +194,7 @@ class JobErrorSerializer(serializers.Serializer):
     message = serializers.CharField()
     severity = serializers.CharField()
     deadline_stopped = serializers.BooleanField(
-        help_text="The failure would have been retried after the job's deadline: it ended here."
+        required=False,
+        help_text="Present (true) only when this failure would have been retried after the "
+        "job's deadline, and the job ended here instead.",
     )

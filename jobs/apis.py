@@ -105,13 +105,15 @@ class JobOutputSerializer(serializers.ModelSerializer):
     def get_error(self, job: LlmJob) -> dict | None:
         if not job.error_code:
             return None
-        return {
+        error = {
             "code": job.error_code,
             "http_status": job.error_http_status,
             "message": job.error_message,
             "severity": job.error_severity,
-            "deadline_stopped": job.deadline_stopped,
         }
+        if job.deadline_stopped:
+            error["deadline_stopped"] = True
+        return error
 
 
 class JobListCreateApi(APIView):
