@@ -332,6 +332,10 @@ def _start(
     if job is None or job.attempts != attempt:
         budget_release(reservation=reservation)  # its own: never the winning copy's
         rate_limit_release(grant)
+        if job is None and deadline_passed(waiting.deadline):
+            # Its deadline passed while it waited for its slot: it ends without a call.
+            job_deadline_exceeded(job_id=waiting.id, rq_job_id=rq_job_id)
+            return "deadline_exceeded"
         logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
         return "skipped"
     return _attempt(job, probe=gate == "probe", lock=lock, grant=grant, started=started)

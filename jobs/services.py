@@ -27,7 +27,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -337,7 +337,10 @@ def job_claim(
     transaction; the claim fails if it was released meanwhile, so no call goes out unheld.
     """
     now = timezone.now()
-    runnable = jobs_runnable(job_id=job_id, rq_job_id=rq_job_id)
+    # Nor a job whose deadline passed since the runner looked (a wait for the rate limiter).
+    runnable = jobs_runnable(job_id=job_id, rq_job_id=rq_job_id).filter(
+        Q(deadline__isnull=True) | Q(deadline__gt=now)
+    )
     if seen is not None:
         runnable = runnable.filter(attempts=seen.attempts, rq_job_id=seen.rq_job_id)
     with transaction.atomic():

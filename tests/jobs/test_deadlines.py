@@ -11,7 +11,7 @@ from rq.job import Job
 
 from dlq.models import FailureRecord
 from jobs.models import LlmJob
-from jobs.services import job_hold
+from jobs.services import job_claim, job_hold
 from ledger.models import CostEntry
 from tests.conftest import job_body, submit
 
@@ -112,6 +112,15 @@ def test_a_job_past_its_deadline_is_never_called(alice_client, workers, fake_pro
     assert on_time.status == "completed"
     error = alice_client.get(f"/api/v1/jobs/{job.id}/").json()["error"]
     assert error["code"] == "deadline_exceeded" and "deadline_stopped" not in error
+
+
+def test_a_job_whose_deadline_passed_since_the_runner_looked_is_not_claimed(alice_client):
+    # The runner looked before its wait for the rate limiter; the claim checks again.
+    job = submit(alice_client, deadline_seconds=60)
+    _past_deadline(job)
+    assert job_claim(job_id=str(job.id)) is None
+    job.refresh_from_db()
+    assert job.status == "queued" and job.attempts == 0
 
 
 def test_a_retrying_job_past_its_deadline_ends_without_a_second_call(
