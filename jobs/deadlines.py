@@ -15,13 +15,16 @@ submit), never both. Then (docs/api.md#deadlines):
 
 import math
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from api.errors import ValidationFailed
+
+if TYPE_CHECKING:
+    from jobs.models import LlmJob
 
 __all__ = [
     "DEADLINE_FIELDS",
@@ -31,6 +34,7 @@ __all__ = [
     "deadline_hold_seconds",
     "deadline_is_near",
     "deadline_passed",
+    "deadline_stop",
     "deadline_stop_note",
     "retry_passes_deadline",
     "validate_deadline",
@@ -142,3 +146,15 @@ def deadline_stop_note(deadline: datetime, *, at: datetime) -> str:
         f"Not retried: its next attempt ({_utc(at)}) would start after its deadline "
         f"({_utc(deadline)})."
     )
+
+
+def deadline_stop(job: "LlmJob", *, at: datetime, fields: list[str], message: str) -> str | None:
+    """None when a next attempt at ``at`` starts by the job's deadline (retry as usual). Else
+    the deadline stops the job: ``deadline_stopped`` is set (and added to ``fields``, the row's
+    fields the caller saves), and the dead letter's message, saying why, is returned."""
+    if not retry_passes_deadline(job.deadline, at=at):
+        return None
+    assert job.deadline is not None
+    job.deadline_stopped = True
+    fields.append("deadline_stopped")
+    return f"{message} {deadline_stop_note(job.deadline, at=at)}"

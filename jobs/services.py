@@ -47,8 +47,7 @@ from jobs.deadlines import (
     deadline_hold_seconds,
     deadline_is_near,
     deadline_passed,
-    deadline_stop_note,
-    retry_passes_deadline,
+    deadline_stop,
 )
 from jobs.models import JobTag, LlmJob
 from jobs.retry_policy import Classification, decide
@@ -540,15 +539,12 @@ def _end_failed_attempt(job: LlmJob, failure: AttemptFailure, *, via: Transition
     if decision.retry:
         assert decision.delay_seconds is not None
         at = timezone.now() + timedelta(seconds=decision.delay_seconds)
-        if not retry_passes_deadline(job.deadline, at=at):
+        stopped = deadline_stop(job, at=at, fields=fields, message=message)
+        if stopped is None:
             retry_counts[reason] = retry_counts.get(reason, 0) + 1
             job.retry_counts = retry_counts
             return _schedule_retry(job, at=at, fields=[*fields, "retry_counts"], via=via)
-        # The deadline stops it: it ends with this (its last) error, and says why.
-        assert job.deadline is not None
-        job.deadline_stopped = True
-        fields.append("deadline_stopped")
-        message = f"{message} {deadline_stop_note(job.deadline, at=at)}"
+        message = stopped  # it ends with this (its last) error, and says why
 
     if breaker.is_account_wide(reason):
         breaker.breaker_open(
@@ -604,12 +600,10 @@ def job_budget_refused(
     fields.append("error_severity")
     message = refusal.message
     if refusal.action == "defer":
-        if not retry_passes_deadline(job.deadline, at=refusal.retry_at):
+        stopped = deadline_stop(job, at=refusal.retry_at, fields=fields, message=message)
+        if stopped is None:
             return _schedule_retry(job, at=refusal.retry_at, fields=fields)
-        assert job.deadline is not None
-        job.deadline_stopped = True
-        fields.append("deadline_stopped")
-        message = f"{message} {deadline_stop_note(job.deadline, at=refusal.retry_at)}"
+        message = stopped
     return _dead_letter(
         job,
         fields=fields,
