@@ -3,6 +3,7 @@ retry or hold past them, and near ones first on the llm queue. Real MariaDB, Red
 and the fake provider."""
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import django_rq
 import pytest
@@ -208,3 +209,22 @@ def test_a_job_whose_deadline_is_near_goes_to_the_front_of_the_queue(alice_clien
     urgent = submit(alice_client, deadline_seconds=30)
     ids = django_rq.get_queue("llm").get_job_ids()
     assert ids == [urgent.rq_job_id, first.rq_job_id, later.rq_job_id]
+
+
+def test_a_budget_defer_past_the_deadline_ends_the_job_without_a_call(
+    alice, alice_client, workers, fake_provider
+):
+    from ledger.models import Budget
+    from tests.ledger.test_budgets import FEATURE, feature_budget, one_job_bound, spend
+
+    bound = one_job_bound(alice_client)
+    # A month's window resets long after a 60 s deadline.
+    budget = feature_budget(limit_usd=bound * 2, period=Budget.Period.MONTH, on_exceed="defer")
+    job = submit(alice_client, feature=FEATURE, max_tokens=16, deadline_seconds=60)
+    spend(budget, bound * Decimal("1.5"), alice=alice)
+    workers.work_once()
+    job.refresh_from_db()
+    assert job.status == "failed" and job.error_code == "budget_exceeded"
+    assert job.deadline_stopped and job.attempts == 0
+    assert "would start after its deadline" in FailureRecord.objects.get(job=job).message
+    assert fake_provider.stats()["requests"] == 0
