@@ -41,6 +41,22 @@ class AgentRunSubmitSerializer(serializers.Serializer):
         help_text="A turn whose worst case would pass it is not sent (`budget_exceeded`).",
     )
     metadata = serializers.DictField(required=False)
+    deadline = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="ISO 8601: every turn's job's deadline; no turn is sent after it (the run "
+        "fails `deadline_exceeded`). In the past: `invalid_deadline`.",
+    )
+    deadline_seconds = serializers.FloatField(
+        required=False, allow_null=True, min_value=0, help_text="The deadline, from the submit."
+    )
+    tags = serializers.ListField(
+        child=serializers.SlugField(max_length=64),
+        required=False,
+        allow_null=True,
+        max_length=10,
+        help_text="Slugs (lowercased), on the run and every turn's job.",
+    )
 
 
 SUBMIT_EXAMPLE = OpenApiExample(

@@ -56,6 +56,8 @@ _SUBMIT_400 = [
     "unknown_tool",
     "invalid_max_turns",
     "invalid_max_cost_usd",
+    "invalid_deadline",
+    "invalid_tags",
     "budget_exceeded",
     "invalid_idempotency_key",
 ]
@@ -104,6 +106,7 @@ class AgentStepSerializer(serializers.ModelSerializer):
 
 class AgentRunRowSerializer(serializers.ModelSerializer):
     cost_usd = serializers.DecimalField(max_digits=16, decimal_places=6, coerce_to_string=True)
+    tags = serializers.ListField(child=serializers.CharField(), read_only=True)
     error = serializers.SerializerMethodField()
 
     class Meta:
@@ -115,6 +118,8 @@ class AgentRunRowSerializer(serializers.ModelSerializer):
             "model",
             "turns",
             "max_turns",
+            "tags",
+            "deadline",
             "cost_usd",
             "error",
             "created_at",
@@ -202,7 +207,11 @@ class AgentRunListCreateApi(APIView):
     @extend_schema(
         operation_id="agent_runs_list",
         summary="The caller's agent runs, newest first (every run for staff who may view them)",
-        parameters=[OpenApiParameter("status", enum=AgentRun.Status.values), *error_headers()],
+        parameters=[
+            OpenApiParameter("status", enum=AgentRun.Status.values),
+            OpenApiParameter("tag", str, description="Only runs carrying this tag."),
+            *error_headers(),
+        ],
         responses={
             200: AgentRunRowSerializer(many=True),
             **errors({400: ["invalid_filter"], 404: []}, descriptions=PAGE_NOT_FOUND),
@@ -210,7 +219,9 @@ class AgentRunListCreateApi(APIView):
     )
     def get(self, request: Request) -> Response:
         runs = agent_run_list_for_user(
-            user=cast(User, request.user), status=request.query_params.get("status")
+            user=cast(User, request.user),
+            status=request.query_params.get("status"),
+            tag=request.query_params.get("tag"),
         )
         return paginated_response(request, self, runs, AgentRunRowSerializer)
 

@@ -55,6 +55,14 @@ class AgentRun(models.Model):
     max_turns = models.PositiveIntegerField(default=10)
     max_cost_usd = models.DecimalField(max_digits=16, decimal_places=6, null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    deadline = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Every turn's job's deadline; no turn is sent after it. Empty: none.",
+    )
+    tags = models.JSONField(
+        default=list, blank=True, help_text="Slugs, applied to every turn's job; AgentRunTag rows."
+    )
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     idempotency_key_hash = models.CharField(max_length=64, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64)
@@ -96,6 +104,20 @@ class AgentRun(models.Model):
 
     def __str__(self) -> str:
         return f"agent run {self.id} ({self.status})"
+
+
+class AgentRunTag(models.Model):
+    """One tag of a run: ``?tag=`` reads the (tag, run) index (jobs/tags.py says why)."""
+
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="tag_rows")
+    tag = models.SlugField(max_length=64, db_index=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "tag"], name="unique_agent_run_tag")]
+        indexes = [models.Index(fields=["tag", "run"], name="agentruntag_tag_run")]
+
+    def __str__(self) -> str:
+        return f"{self.tag} ({self.run_id})"
 
 
 class AgentStep(models.Model):

@@ -5,6 +5,7 @@ from django.db.models import QuerySet
 
 from agents.models import AgentRun, AgentStep
 from api.errors import NotFound, ValidationFailed
+from jobs.tags import validate_tag_filter
 
 __all__ = ["agent_run_get_for_user", "agent_run_list_for_user", "agent_run_steps"]
 
@@ -35,8 +36,11 @@ def agent_run_steps(*, run: AgentRun) -> list[AgentStep]:
     return list(AgentStep.objects.filter(run=run).order_by("index"))
 
 
-def agent_run_list_for_user(*, user: User, status: str | None = None) -> QuerySet[AgentRun]:
-    """The user's own runs, newest first; every run for staff with ``agents.view_agentrun``."""
+def agent_run_list_for_user(
+    *, user: User, status: str | None = None, tag: str | None = None
+) -> QuerySet[AgentRun]:
+    """The user's own runs, newest first; every run for staff with ``agents.view_agentrun``;
+    with ``tag``, those carrying it."""
     runs = (
         AgentRun.objects.all()
         if _sees_all(user, "agents.view_agentrun")
@@ -50,4 +54,6 @@ def agent_run_list_for_user(*, user: User, status: str | None = None) -> QuerySe
                 detail={"field": "status"},
             )
         runs = runs.filter(status=status)
+    if tag := validate_tag_filter(tag):
+        runs = runs.filter(tag_rows__tag=tag)
     return runs.defer("messages", "system", "output").order_by("-created_at", "-id")

@@ -33,12 +33,13 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from agents import events
-from agents.models import AgentRun, AgentStep
+from agents.models import AgentRun, AgentRunTag, AgentStep
 from agents.tools import ToolOutcome, registered_tool
 from agents.transcript import turn_messages, turn_messages_ref
 from agents.validation import MARKER_KEY, AgentRunRequest, validate_agent_run_request
 from api.errors import ApplicationError, Conflict, NotFound, ValidationFailed
 from jobs.admission import idempotency_key_hash
+from jobs.deadlines import deadline_passed
 from jobs.models import LlmJob
 from jobs.services import job_cancel, job_submit
 from jobs.transitions import Transition
@@ -134,10 +135,13 @@ def _insert(
         max_turns=request.max_turns,
         max_cost_usd=request.max_cost_usd,
         metadata=request.metadata,
+        deadline=request.deadline,
+        tags=request.tags,
         idempotency_key=idempotency_key or None,
         idempotency_key_hash=key_hash,
         request_fingerprint=fingerprint,
     )
+    AgentRunTag.objects.bulk_create(AgentRunTag(run=run, tag=tag) for tag in request.tags)
     _submit_turn(run, steps=[], user=user, refuse=True)
     logger.info(
         "agent run %s created: %s tools, at most %s turns",
@@ -162,6 +166,10 @@ def _turn_body(run: AgentRun, steps: Sequence[AgentStep]) -> dict[str, Any]:
     }
     if run.system is not None:
         body["system"] = run.system
+    if run.deadline is not None:
+        body["deadline"] = run.deadline.isoformat()
+    if run.tags:
+        body["tags"] = run.tags
     definitions = [tool.definition() for name in run.tools if (tool := registered_tool(name))]
     if definitions:
         body["tools"] = definitions
@@ -189,6 +197,13 @@ def _submit_turn(
     ``refuse`` (the first turn, at create) a refusal raises instead, so nothing is written."""
     if run.turns >= run.max_turns:
         _fail(run, "max_turns_exceeded", f"The run reached max_turns ({run.max_turns}).")
+        return
+    if deadline_passed(run.deadline):
+        _fail(
+            run,
+            "deadline_exceeded",
+            f"Turn {run.turns + 1} was not sent: the run's deadline passed.",
+        )
         return
     body = _turn_body(run, steps)
     worst = _worst_case(run, body)

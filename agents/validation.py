@@ -6,6 +6,8 @@ turn would be. Every refusal is a ``400`` with a stable code and the field; noth
 import hashlib
 import json
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -14,6 +16,8 @@ from django.contrib.auth.models import User
 from agents.tools import registered_tool
 from api.errors import ValidationFailed
 from jobs.admission import check_against_price_table, check_budgets_not_spent
+from jobs.deadlines import DEADLINE_FIELDS, validate_deadline
+from jobs.tags import validate_tags
 from jobs.validation import validate_job_request
 
 __all__ = [
@@ -34,6 +38,8 @@ ALLOWED_FIELDS = {
     "max_turns",
     "max_cost_usd",
     "metadata",
+    "tags",
+    *DEADLINE_FIELDS,
 }
 DEFAULT_MAX_TURNS = 10
 MAX_TURNS = 50
@@ -56,9 +62,18 @@ class AgentRunRequest:
     max_turns: int
     max_cost_usd: Decimal | None
     metadata: dict[str, Any]
+    deadline: datetime | None = None
+    deadline_given: str | None = None
+    """As submitted (``seconds:<n>`` or the ISO time): what the fingerprint keeps."""
+    tags: list[str] = dataclass_field(default_factory=list)
 
     def fingerprint(self) -> str:
         fields = {**self.__dict__, "max_cost_usd": str(self.max_cost_usd)}
+        del fields["deadline"]
+        for later in ("deadline_given", "tags"):
+            if not fields[later]:
+                # Runs submitted before the field existed keep the fingerprint they were given.
+                del fields[later]
         canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -158,6 +173,8 @@ def validate_agent_run_request(
             "messages",
         )
     check_budgets_not_spent(feature=request.feature, user=user, api_key_id=api_key_id)
+    deadline, deadline_given = validate_deadline(data)
+    tags = validate_tags(data.get("tags"))
     return AgentRunRequest(
         feature=request.feature,
         model=request.model,
@@ -168,4 +185,7 @@ def validate_agent_run_request(
         max_turns=max_turns,
         max_cost_usd=max_cost,
         metadata=metadata or {},
+        deadline=deadline,
+        deadline_given=deadline_given,
+        tags=tags,
     )

@@ -63,6 +63,25 @@ class BatchSubmitSerializer(serializers.Serializer):
             "result. One bad item refuses the batch: `invalid_items` lists every bad index."
         ),
     )
+    deadline = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="ISO 8601: every job's deadline (see the jobs API); in the past: "
+        "`invalid_deadline`.",
+    )
+    deadline_seconds = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        help_text="The deadline as seconds after the submit, for every job; not with `deadline`.",
+    )
+    tags = serializers.ListField(
+        child=serializers.SlugField(max_length=64),
+        required=False,
+        allow_null=True,
+        max_length=10,
+        help_text="Slugs (lowercased), on the batch and every job (`?tag=`, `group_by=tag`).",
+    )
     allow_failures = serializers.BooleanField(
         required=False,
         default=True,

@@ -56,6 +56,8 @@ _SUBMIT_400 = [
     "invalid_name",
     "invalid_allow_failures",
     "invalid_callback_url",
+    "invalid_deadline",
+    "invalid_tags",
     "invalid_items",
     "too_many_items",
     "invalid_feature",
@@ -138,7 +140,11 @@ class BatchListCreateApi(APIView):
     @extend_schema(
         operation_id="batches_list",
         summary="The caller's batches, newest first",
-        parameters=[OpenApiParameter("status", enum=Batch.Status.values), *error_headers()],
+        parameters=[
+            OpenApiParameter("status", enum=Batch.Status.values),
+            OpenApiParameter("tag", str, description="Only batches carrying this tag."),
+            *error_headers(),
+        ],
         responses={
             200: BatchRowSerializer(many=True),
             **errors({400: ["invalid_filter"], 404: []}, descriptions=PAGE_NOT_FOUND),
@@ -146,7 +152,9 @@ class BatchListCreateApi(APIView):
     )
     def get(self, request: Request) -> Response:
         batches = batch_list_for_user(
-            user=cast(User, request.user), status=request.query_params.get("status")
+            user=cast(User, request.user),
+            status=request.query_params.get("status"),
+            tag=request.query_params.get("tag"),
         )
         return paginated_response(request, self, batches, BatchRowSerializer)
 

@@ -57,6 +57,12 @@ class Batch(models.Model):
         help_text="Receives one POST when the batch finishes. A secret: shown redacted.",
     )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    deadline = models.DateTimeField(
+        null=True, blank=True, help_text="Every job's deadline (jobs/deadlines.py); empty: none."
+    )
+    tags = models.JSONField(
+        default=list, blank=True, help_text="Slugs, applied to every job; BatchTag for filters."
+    )
 
     # Items, not jobs: identical items share a job and count once each.
     total = models.PositiveIntegerField()
@@ -115,6 +121,20 @@ class Batch(models.Model):
     @property
     def callback_redacted(self) -> str:
         return redact_target(kind=WEBHOOK, target=self.callback_url) if self.callback_url else ""
+
+
+class BatchTag(models.Model):
+    """One tag of a batch: ``?tag=`` reads the (tag, batch) index (jobs/tags.py says why)."""
+
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="tag_rows")
+    tag = models.SlugField(max_length=64, db_index=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["batch", "tag"], name="unique_batch_tag")]
+        indexes = [models.Index(fields=["tag", "batch"], name="batchtag_tag_batch")]
+
+    def __str__(self) -> str:
+        return f"{self.tag} ({self.batch_id})"
 
 
 class BatchItem(models.Model):

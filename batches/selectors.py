@@ -12,6 +12,7 @@ from api.errors import NotFound, ValidationFailed
 from batches.models import Batch, BatchItem
 from embeddings.storage import vectors_load
 from jobs.models import LlmJob
+from jobs.tags import validate_tag_filter
 
 __all__ = [
     "batch_embedding_items",
@@ -60,8 +61,10 @@ def batch_get_for_user(
     return batch
 
 
-def batch_list_for_user(*, user: User, status: str | None = None) -> QuerySet[Batch]:
-    """The user's own batches, newest first."""
+def batch_list_for_user(
+    *, user: User, status: str | None = None, tag: str | None = None
+) -> QuerySet[Batch]:
+    """The user's own batches, newest first; with ``tag``, those carrying it."""
     batches = Batch.objects.filter(user=user).defer("callback_url")
     if status:
         if status not in Batch.Status.values:
@@ -71,6 +74,8 @@ def batch_list_for_user(*, user: User, status: str | None = None) -> QuerySet[Ba
                 detail={"field": "status"},
             )
         batches = batches.filter(status=status)
+    if tag := validate_tag_filter(tag):
+        batches = batches.filter(tag_rows__tag=tag)
     return batches.order_by("-created_at", "-id")
 
 

@@ -12,9 +12,21 @@ COUNTER_FIELDS = ["total", "pending", "completed", "failed", "cancelled"]
 class BatchRowSerializer(serializers.ModelSerializer):
     """A batch in the list: everything but its cost (a sum over its jobs, on its own page)."""
 
+    tags = serializers.ListField(child=serializers.CharField(), read_only=True)
+
     class Meta:
         model = Batch
-        fields = ["id", "name", "kind", "status", *COUNTER_FIELDS, "created_at", "finished_at"]
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "status",
+            *COUNTER_FIELDS,
+            "tags",
+            "deadline",
+            "created_at",
+            "finished_at",
+        ]
 
 
 class BatchOutputSerializer(BatchRowSerializer):
@@ -32,6 +44,8 @@ class BatchOutputSerializer(BatchRowSerializer):
             "kind",
             "status",
             *COUNTER_FIELDS,
+            "tags",
+            "deadline",
             "cost_usd",
             "created_at",
             "finished_at",

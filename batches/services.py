@@ -21,7 +21,7 @@ from rq import Queue
 from api.errors import Conflict
 from batches.callbacks import callback_record
 from batches.events import flush_progress, progress_on_commit, publish_finished_on_commit
-from batches.models import Batch, BatchItem
+from batches.models import Batch, BatchItem, BatchTag
 from batches.selectors import batch_with_cost
 from batches.serializers import BatchOutputSerializer
 from batches.validation import (
@@ -139,7 +139,10 @@ def batch_submit(
                 pending=len(requests),
                 idempotency_key_hash=key_hash,
                 request_fingerprint=fingerprint or "",
+                deadline=request.deadline,
+                tags=request.tags,
             )
+            BatchTag.objects.bulk_create(BatchTag(batch=batch, tag=tag) for tag in request.tags)
             marker = {"id": str(batch.id)}
             jobs = jobs_submit_many(
                 user=user,
@@ -225,7 +228,10 @@ def _embedding_batch_submit(
                 pending=len(texts),
                 idempotency_key_hash=key_hash,
                 request_fingerprint=fingerprint or "",
+                deadline=request.deadline,
+                tags=request.tags,
             )
+            BatchTag.objects.bulk_create(BatchTag(batch=batch, tag=tag) for tag in request.tags)
             marker = {"id": str(batch.id)}
             new_jobs = []
             for group in groups:
@@ -238,6 +244,8 @@ def _embedding_batch_submit(
                     params=params,
                     kind=LlmJob.Kind.EMBEDDING,
                     input=group,
+                    deadline=request.deadline,
+                    tags=request.tags or None,
                 )
                 new_jobs.append(NewJob(request=job_request, fingerprint=job_request.fingerprint()))
             jobs = jobs_submit_many(user=user, api_key_id=api_key_id, new_jobs=new_jobs)

@@ -3,12 +3,16 @@
 import hashlib
 import json
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 
 from alerts.targets import WEBHOOK, callback_address_problem, target_problem
 from api.errors import ValidationFailed
+from jobs.deadlines import DEADLINE_FIELDS, validate_deadline
+from jobs.tags import validate_tags
 from jobs.validation import JobRequest
 
 __all__ = [
@@ -35,6 +39,8 @@ BATCH_FIELDS = frozenset(
         "callback_url",
         "dimensions",
         "mode",
+        "tags",
+        *DEADLINE_FIELDS,
     }
 )
 KINDS = ("chat", "embedding")
@@ -60,12 +66,19 @@ class BatchRequest:
     callback_url: str
     kind: str = "chat"
     dimensions: int | None = None
+    deadline: datetime | None = None
+    tags: list[str] = dataclass_field(default_factory=list)
     mode: Any = None
     """realtime or deferred for every job (None: the feature policy's)."""
 
     def shared(self) -> dict[str, Any]:
-        """The job fields every item takes from the batch."""
+        """The job fields every item takes from the batch: one deadline for all of them (a
+        ``deadline_seconds`` counts from the batch's submit), its tags and its mode."""
         shared = {"feature": self.feature, "model": self.model}
+        if self.deadline is not None:
+            shared["deadline"] = self.deadline.isoformat()
+        if self.tags:
+            shared["tags"] = self.tags
         if self.mode is not None:
             shared["mode"] = self.mode
         return shared
@@ -120,6 +133,9 @@ def validate_batch_request(data: Any) -> BatchRequest:
 
         dimensions = validate_dimensions(dimensions)
 
+    deadline, _given = validate_deadline(data)
+    tags = validate_tags(data.get("tags"))
+
     items = data.get("items")
     if not isinstance(items, list) or not items:
         raise _fail(
@@ -143,6 +159,8 @@ def validate_batch_request(data: Any) -> BatchRequest:
         callback_url=callback_url,
         kind=kind,
         dimensions=dimensions,
+        deadline=deadline,
+        tags=tags,
     )
 
 

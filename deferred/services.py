@@ -24,13 +24,15 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Min, Q
+from django.db.models import Count, F, Min, Q
 from django.utils import timezone
 
 from deferred.models import ProviderBatch, ProviderBatchItem
+from jobs.deadlines import deadline_passed
 from jobs.models import LlmJob
 from jobs.retry_policy import classify
 from jobs.services import (
@@ -41,6 +43,7 @@ from jobs.services import (
     job_batch_superseded,
     job_budget_refused,
     job_complete,
+    job_deadline_exceeded,
     job_recover,
     job_run_in_real_time,
 )
@@ -148,6 +151,9 @@ def _flush_model(model: str, *, now: datetime, report: DeferredReport) -> None:
     provider = provider_name_for_model(model=model)
     held: list[tuple[LlmJob, object]] = []
     for job in jobs:
+        if deadline_passed(job.deadline):
+            job_deadline_exceeded(job_id=job.id, rq_job_id=None)  # never sent past it
+            continue
         reservation = budget_reserve(job=job, attempt=job.attempts + 1, batch=True)
         if isinstance(reservation, BudgetRefusal):
             if reservation.action != "wait":
@@ -164,13 +170,9 @@ def _flush_model(model: str, *, now: datetime, report: DeferredReport) -> None:
         _send(provider, model, [by_id[r.custom_id] for r in chunk], chunk, report)
 
 
-def _flush_order() -> list[str]:
+def _flush_order() -> list[Any]:
     # Earlier deadlines first (none last), then the longest waiting.
-    if hasattr(LlmJob, "deadline"):
-        from django.db.models import F
-
-        return [F("deadline").asc(nulls_last=True), "enqueued_at"]  # type: ignore[list-item]
-    return ["enqueued_at"]
+    return [F("deadline").asc(nulls_last=True), "enqueued_at"]
 
 
 def _send(
@@ -427,8 +429,6 @@ def _record_of(result: BatchItemResult) -> AttemptRecord:
 def _deadline_fallback(report: DeferredReport, *, now: datetime | None) -> None:
     """A job of an open batch whose deadline is nearer than a real-time run plus the margin runs
     in real time now; its batch result, if it comes, is booked superseded."""
-    if not hasattr(LlmJob, "deadline"):
-        return
     now = now or timezone.now()
     margin = settings.LLM_DEFERRED_FALLBACK_MARGIN_SECONDS
     # The longest a real-time run of the largest job can take bounds the lookahead.
@@ -442,7 +442,7 @@ def _deadline_fallback(report: DeferredReport, *, now: datetime | None) -> None:
     ).only("id", "attempts", "deadline", "max_tokens", "provider_batch_id")
     for job in candidates:
         expected = job_timeout_for(job.max_tokens) + margin
-        if job.deadline - now <= timedelta(seconds=expected):  # type: ignore[operator]
+        if job.deadline is not None and job.deadline - now <= timedelta(seconds=expected):
             with transaction.atomic():
                 moved = job_run_in_real_time(
                     job_id=job.id, attempt=job.attempts, record=None, reason="deadline"

@@ -6,6 +6,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from api.errors import Conflict
+from jobs.admin_filters import TagListFilter
 from jobs.breaker import breaker_close
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.services import job_cancel
@@ -25,7 +26,7 @@ class LlmJobAdmin(admin.ModelAdmin):
         "created_at",
         "user",
     ]
-    list_filter = ["status", "feature", "model"]
+    list_filter = ["status", "feature", "model", TagListFilter]
     search_fields = ["=id", "idempotency_key"]
     list_select_related = ["user"]
     date_hierarchy = "created_at"

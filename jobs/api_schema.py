@@ -10,7 +10,9 @@ from typing import Any
 from drf_spectacular.utils import OpenApiExample, extend_schema_field
 from rest_framework import serializers
 
+from jobs.deadlines import MAX_DEADLINE_SECONDS
 from jobs.models import LlmJob
+from jobs.tags import MAX_TAG_LENGTH, MAX_TAGS
 from jobs.validation import (
     BLOCK_TYPES,
     FEATURE_RE,
@@ -116,6 +118,26 @@ class JobSubmitSerializer(serializers.Serializer):
     )
     top_p = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=1)
     top_k = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=1000)
+    deadline = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="ISO 8601; not started by then, the job ends failed `deadline_exceeded` and "
+        "is never called, and no retry is scheduled past it. In the past: `invalid_deadline`.",
+    )
+    deadline_seconds = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=MAX_DEADLINE_SECONDS,
+        help_text="The deadline as seconds after the submit; not with `deadline`.",
+    )
+    tags = serializers.ListField(
+        child=serializers.SlugField(max_length=MAX_TAG_LENGTH),
+        required=False,
+        allow_null=True,
+        max_length=MAX_TAGS,
+        help_text="Slugs (lowercased) to filter (`?tag=`) and cost (`group_by=tag`) jobs by.",
+    )
     thinking = serializers.DictField(
         required=False,
         allow_null=True,
@@ -171,3 +193,8 @@ class JobErrorSerializer(serializers.Serializer):
     http_status = serializers.IntegerField(allow_null=True)
     message = serializers.CharField()
     severity = serializers.CharField()
+    deadline_stopped = serializers.BooleanField(
+        required=False,
+        help_text="Present (true) only when this failure would have been retried after the "
+        "job's deadline, and the job ended here instead.",
+    )

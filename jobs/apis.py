@@ -59,6 +59,8 @@ class JobOutputSerializer(serializers.ModelSerializer):
     usage = serializers.SerializerMethodField()
     cost_usd = serializers.DecimalField(max_digits=16, decimal_places=6, coerce_to_string=True)
     error = serializers.SerializerMethodField()
+    tags = serializers.ListField(child=serializers.CharField(), read_only=True)
+    deadline = serializers.DateTimeField(read_only=True, allow_null=True)
     duration_ms = serializers.IntegerField(read_only=True, allow_null=True)
     provider_batch = serializers.SerializerMethodField(
         help_text="The provider's id of the message batch its last deferred attempt went in."
@@ -80,6 +82,8 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "mode",
             "provider_batch",
             "concurrency_key",
+            "tags",
+            "deadline",
             "attempts",
             "created_at",
             "started_at",
@@ -121,12 +125,15 @@ class JobOutputSerializer(serializers.ModelSerializer):
     def get_error(self, job: LlmJob) -> dict | None:
         if not job.error_code:
             return None
-        return {
+        error = {
             "code": job.error_code,
             "http_status": job.error_http_status,
             "message": job.error_message,
             "severity": job.error_severity,
         }
+        if job.deadline_stopped:
+            error["deadline_stopped"] = True
+        return error
 
 
 class JobListCreateApi(APIView):
@@ -163,6 +170,8 @@ class JobListCreateApi(APIView):
                         "invalid_temperature",
                         "invalid_metadata",
                         "invalid_concurrency_key",
+                        "invalid_deadline",
+                        "invalid_tags",
                         "invalid_idempotency_key",
                     ],
                     409: ["idempotency_conflict"],
@@ -188,6 +197,7 @@ class JobListCreateApi(APIView):
         parameters=[
             OpenApiParameter("status", enum=LlmJob.Status.values),
             OpenApiParameter("feature", str),
+            OpenApiParameter("tag", str, description="Only jobs carrying this tag."),
             *error_headers(),
         ],
         responses={
@@ -200,6 +210,7 @@ class JobListCreateApi(APIView):
             user=cast(User, request.user),
             status=request.query_params.get("status"),
             feature=request.query_params.get("feature"),
+            tag=request.query_params.get("tag"),
         )
         return paginated_response(request, self, jobs, JobOutputSerializer)
 

@@ -35,6 +35,7 @@ from api.errors import ApplicationError, ValidationFailed
 from jobs.admission import check_against_price_table, check_budgets_not_spent, mode_for
 from jobs.models import LlmJob
 from jobs.services import job_build, job_rq_options
+from jobs.tags import job_tag_rows
 from jobs.transitions import Transition, transitions_committed
 from jobs.validation import JobRequest, validate_job_request
 from llmops.queues import LLM_QUEUE, RUN_LLM_JOB_TASK
@@ -174,6 +175,7 @@ def jobs_submit_many(
         for new in new_jobs
     ]
     insert_rows(jobs)
+    insert_rows(job_tag_rows(jobs))
     transitions_committed(jobs, Transition.SUBMITTED)
     _push_many_on_commit(jobs)
     return jobs

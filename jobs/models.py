@@ -135,6 +135,24 @@ class LlmJob(models.Model):
         ),
     )
 
+    deadline = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=(
+            "Not started by then: it ends failed (deadline_exceeded) without a call, and no "
+            "retry is scheduled past it (jobs/deadlines.py). Empty: no deadline."
+        ),
+    )
+    deadline_stopped = models.BooleanField(
+        default=False,
+        help_text="Its last failure would have been retried after its deadline: it ended there.",
+    )
+    tags = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Slugs, as shown; the JobTag rows (one per tag) are what filters read.",
+    )
+
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     idempotency_key_hash = models.CharField(
         max_length=64,
@@ -207,6 +225,11 @@ class LlmJob(models.Model):
             models.Index(
                 fields=["completed_at", "status", "attempts", "started_at", "enqueued_at"],
                 name="job_finished_timings",
+            ),
+            # Deadline attainment per feature (jobs/deadlines.py) reads this index alone.
+            models.Index(
+                fields=["deadline", "feature", "status", "completed_at"],
+                name="job_deadline_attainment",
             ),
         ]
         constraints = [
@@ -281,6 +304,21 @@ class LlmJob(models.Model):
             body["temperature"] = self.temperature
         body.update(self.params or {})
         return body
+
+
+class JobTag(models.Model):
+    """One tag of a job. A row per tag, not a JSON contains: ``?tag=`` and the cost report's
+    ``group_by=tag`` read the (tag, job) index on MariaDB, whose JSON functions use none."""
+
+    job = models.ForeignKey(LlmJob, on_delete=models.CASCADE, related_name="tag_rows")
+    tag = models.SlugField(max_length=64, db_index=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "tag"], name="unique_job_tag")]
+        indexes = [models.Index(fields=["tag", "job"], name="jobtag_tag_job")]
+
+    def __str__(self) -> str:
+        return f"{self.tag} ({self.job_id})"
 
 
 class ProviderBreaker(models.Model):

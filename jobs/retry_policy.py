@@ -94,12 +94,14 @@ _CLASSES: dict[str, Classification] = {
         _transient("worker_lost"),
         _transient("unexpected_error"),
         _fatal("budget_exceeded", Severity.WARNING),
+        # Not started by its deadline: the client's own limit, nothing is broken.
+        _fatal("deadline_exceeded", Severity.WARNING),
     )
 }
 """Each reason code's class and severity."""
 
 # The attempt kinds that are ours, not a provider call's outcome: each is its own reason.
-_OUR_KINDS = frozenset({"worker_lost", "unexpected_error", "budget_exceeded"})
+_OUR_KINDS = frozenset({"worker_lost", "unexpected_error", "budget_exceeded", "deadline_exceeded"})
 
 
 def classify(

@@ -25,6 +25,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 from jobs.breaker import breaker_close, breaker_gate
 from jobs.cancellation import cancel_watched
 from jobs.concurrency_keys import slot_acquire, slot_extend, slot_release
+from jobs.deadlines import deadline_passed
 from jobs.fallbacks import fallback_model, moves_after_wait
 from jobs.live_output import LiveOutput, live_keys_clear
 from jobs.models import LlmJob
@@ -39,6 +40,7 @@ from jobs.services import (
     job_cancel_running,
     job_claim,
     job_complete,
+    job_deadline_exceeded,
     job_fall_back,
     job_hold,
 )
@@ -243,6 +245,12 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
                 "job %s is deferred: the deferred loop sends it in a provider batch", job_id
             )
             return "deferred"
+        # Before the breaker, the limiter, the budget and the claim: a job past its deadline is
+        # never called (jobs/deadlines.py).
+        if deadline_passed(waiting.deadline):
+            ended = job_deadline_exceeded(job_id=waiting.id, rq_job_id=rq_job_id)
+            logger.info("job %s: not started by its deadline, ended failed", job_id)
+            return "deadline_exceeded" if ended is not None else "skipped"
         # Each provider has its own breaker: an open one holds only its own provider's jobs.
         provider_name = provider_name_for_model(model=waiting.run_model)
         gate = breaker_gate(provider=provider_name)
@@ -356,6 +364,10 @@ def _start(
     if job is None or job.attempts != attempt:
         budget_release(reservation=reservation)  # its own: never the winning copy's
         rate_limit_release(grant)
+        if job is None and deadline_passed(waiting.deadline):
+            # Its deadline passed while it waited for its slot: it ends without a call.
+            job_deadline_exceeded(job_id=waiting.id, rq_job_id=rq_job_id)
+            return "deadline_exceeded"
         logger.info("job %s is not due for this RQ job (%s); nothing to run", job_id, rq_job_id)
         return "skipped"
     return _attempt(job, probe=gate == "probe", lock=lock, grant=grant, started=started)

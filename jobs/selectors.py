@@ -1,13 +1,15 @@
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from django.contrib.auth.models import User
-from django.db.models import Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
 from api.errors import NotFound, ValidationFailed
 from jobs.models import LlmJob
+from jobs.tags import validate_tag_filter
 
 
 def job_get_for_user(*, user: User, job_id: UUID) -> LlmJob:
@@ -19,7 +21,7 @@ def job_get_for_user(*, user: User, job_id: UUID) -> LlmJob:
 
 
 def job_list_for_user(
-    *, user: User, status: str | None = None, feature: str | None = None
+    *, user: User, status: str | None = None, feature: str | None = None, tag: str | None = None
 ) -> QuerySet[LlmJob]:
     # The list shows output and usage, never the request: leave its large columns unread.
     jobs = LlmJob.objects.filter(user=user).defer(*LlmJob.REQUEST_FIELDS)
@@ -33,6 +35,9 @@ def job_list_for_user(
         jobs = jobs.filter(status=status)
     if feature:
         jobs = jobs.filter(feature=feature)
+    if tag := validate_tag_filter(tag):
+        # The (tag, job) index of JobTag; a job has each tag once, so no duplicates.
+        jobs = jobs.filter(tag_rows__tag=tag)
     return jobs.order_by("-created_at", "-id")
 
 
@@ -107,3 +112,46 @@ def job_wait_while_running(*, job: LlmJob, seconds: float) -> LlmJob:
         time.sleep(0.1)
         job.refresh_from_db()
     return job
+
+
+@dataclass(frozen=True)
+class DeadlineAttainment:
+    feature: str
+    with_deadline: int
+    met: int
+
+    @property
+    def ratio(self) -> float:
+        return self.met / self.with_deadline if self.with_deadline else 1.0
+
+
+def deadline_attainment(
+    *,
+    since: datetime,
+    until: datetime,
+    user_id: int | None = None,
+    feature: str | None = None,
+    now: datetime | None = None,
+) -> list[DeadlineAttainment]:
+    """Per feature: the jobs whose deadline fell in [since, until) and has passed, and how many
+    of them completed by it (``completed_at <= deadline``). Only passed deadlines count: each
+    such job's outcome is settled, met or missed; a job still within its deadline is neither.
+    One GROUP BY over the ``job_deadline_attainment`` index; features by name."""
+    end = min(until, now or timezone.now())
+    if since >= end:
+        return []
+    jobs = LlmJob.objects.filter(deadline__gte=since, deadline__lt=end)
+    if user_id is not None:
+        jobs = jobs.filter(user_id=user_id)
+    if feature:
+        jobs = jobs.filter(feature=feature)
+    met = Q(status=LlmJob.Status.COMPLETED, completed_at__lte=F("deadline"))
+    rows = (
+        jobs.order_by("feature")
+        .values("feature")
+        .annotate(with_deadline=Count("id"), met=Count("id", filter=met))
+    )
+    return [
+        DeadlineAttainment(row["feature"], with_deadline=row["with_deadline"], met=row["met"])
+        for row in rows
+    ]

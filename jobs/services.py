@@ -5,6 +5,7 @@
     running          -> completed                    job_complete
     running          -> retrying | failed            job_attempt_failed (retry service decides)
     running (lost)   -> retrying | failed            job_recover (the reconciler)
+    queued|retrying  -> failed                       job_deadline_exceeded (not started in time)
     queued|retrying  -> cancelled                    job_cancel
     running          -> cancelled                    job_cancel(running=True) asks the worker,
                                                      whose job_cancel_running ends it
@@ -43,10 +44,18 @@ from jobs.admission import (
 )
 from jobs.cancellation import cancel_signal_on_commit
 from jobs.dead_letter import DeadLetter, dead_letter_attach
+from jobs.deadlines import (
+    deadline_exceeded_message,
+    deadline_hold_seconds,
+    deadline_is_near,
+    deadline_passed,
+    deadline_stop,
+)
 from jobs.fallbacks import moves_after_failure
-from jobs.models import LlmJob
+from jobs.models import JobTag, LlmJob
 from jobs.retry_policy import Classification, decide
 from jobs.selectors import jobs_runnable
+from jobs.tags import job_tag_rows
 from jobs.timeouts import job_timeout_for
 from jobs.transitions import Transition, transition_committed, transitions_committed
 from jobs.validation import JobRequest, validate_job_request
@@ -75,6 +84,7 @@ __all__ = [
     "job_cancel_running",
     "job_claim",
     "job_complete",
+    "job_deadline_exceeded",
     "job_enqueue",
     "job_enqueue_again",
     "job_fall_back",
@@ -144,7 +154,8 @@ def job_enqueue(*, job: LlmJob, delay_seconds: float | None = None) -> None:
 
     A job of an ``LLM_PRIORITY_FEATURES`` feature goes to the front of the queue (when it is
     due, for a delayed one): the llm queue is first in, first out, and an interactive job must
-    not wait behind a batch of thousands (ratelimits/ then shares the limits by weight).
+    not wait behind a batch of thousands (ratelimits/ then shares the limits by weight). So
+    does a job whose deadline is near when it becomes due (jobs/deadlines.py).
     """
     rq_job_id = uuid.uuid4().hex
     now = timezone.now()
@@ -153,15 +164,17 @@ def job_enqueue(*, job: LlmJob, delay_seconds: float | None = None) -> None:
     _push_on_commit(job, delay_seconds=delay_seconds)
 
 
-def job_rq_options(job: LlmJob) -> dict[str, Any]:
+def job_rq_options(job: LlmJob, *, delay_seconds: float | None = None) -> dict[str, Any]:
     """How a job goes on the llm queue (``Queue.enqueue`` options): under the RQ job id its row
     points at, with an RQ timeout scaled from its ``max_tokens``, at the front for a priority
-    feature. Also used by the bulk submit (jobs/bulk.py)."""
+    feature or a deadline at most ``LLM_DEADLINE_FRONT_SECONDS`` after it becomes due (after
+    ``delay_seconds``). Also used by the bulk submit (jobs/bulk.py)."""
     return {
         "job_id": job.rq_job_id,
         "job_timeout": job_timeout_for(job.max_tokens),
         "description": f"llm job {job.id}",
-        "at_front": is_priority_feature(job.feature),
+        "at_front": is_priority_feature(job.feature)
+        or deadline_is_near(job.deadline, delay_seconds=delay_seconds),
     }
 
 
@@ -169,7 +182,7 @@ def _push_on_commit(job: LlmJob, *, delay_seconds: float | None = None) -> None:
     """Push the RQ job the row already points at (``rq_job_id``) once the transaction commits."""
     if job.mode == LlmJob.Mode.DEFERRED:
         return  # the deferred loop sends it in a provider batch (deferred/services.py)
-    job_id, options = str(job.id), job_rq_options(job)
+    job_id, options = str(job.id), job_rq_options(job, delay_seconds=delay_seconds)
 
     def push() -> None:
         try:
@@ -253,6 +266,7 @@ def job_submit(
                 job.messages, job.messages_ref = [], messages_ref
                 job._resolved_messages = request.messages  # type: ignore[attr-defined]
             job.save(force_insert=True)
+            JobTag.objects.bulk_create(job_tag_rows([job]))
             # Notified before the push: the "queued" event must leave before a worker's "running".
             transition_committed(job, Transition.SUBMITTED)
             _push_on_commit(job)
@@ -294,6 +308,8 @@ def job_build(
         metadata=request.metadata or {},
         params=request.params or {},
         concurrency_key=request.concurrency_key or "",
+        deadline=request.deadline,
+        tags=request.tags or [],
         idempotency_key=idempotency_key,
         idempotency_key_hash=idempotency_key_hash,
         request_fingerprint=fingerprint,
@@ -335,7 +351,10 @@ def job_claim(
     transaction; the claim fails if it was released meanwhile, so no call goes out unheld.
     """
     now = timezone.now()
-    runnable = jobs_runnable(job_id=job_id, rq_job_id=rq_job_id)
+    # Nor a job whose deadline passed since the runner looked (a wait for the rate limiter).
+    runnable = jobs_runnable(job_id=job_id, rq_job_id=rq_job_id).filter(
+        Q(deadline__isnull=True) | Q(deadline__gt=now)
+    )
     if seen is not None:
         runnable = runnable.filter(attempts=seen.attempts, rq_job_id=seen.rq_job_id)
     with transaction.atomic():
@@ -578,12 +597,16 @@ def _end_failed_attempt(job: LlmJob, failure: AttemptFailure, *, via: Transition
         job.save(update_fields=[*fields, "completed_at"])
         transition_committed(job, Transition.CANCELLED)
         return job
+    message = failure.record.message
     if decision.retry:
         assert decision.delay_seconds is not None
-        retry_counts[reason] = retry_counts.get(reason, 0) + 1
-        job.retry_counts = retry_counts
         at = timezone.now() + timedelta(seconds=decision.delay_seconds)
-        return _schedule_retry(job, at=at, fields=[*fields, "retry_counts"], via=via)
+        stopped = deadline_stop(job, at=at, fields=fields, message=message)
+        if stopped is None:
+            retry_counts[reason] = retry_counts.get(reason, 0) + 1
+            job.retry_counts = retry_counts
+            return _schedule_retry(job, at=at, fields=[*fields, "retry_counts"], via=via)
+        message = stopped  # it ends with this (its last) error, and says why
 
     return _dead_letter(
         job,
@@ -594,7 +617,7 @@ def _end_failed_attempt(job: LlmJob, failure: AttemptFailure, *, via: Transition
         retries_exhausted=decision.retries_exhausted,
         http_status=failure.record.http_status,
         error_type=failure.record.error_type,
-        message=failure.record.message,
+        message=message,
         request_id=failure.record.request_id,
     )
 
@@ -629,14 +652,51 @@ def job_budget_refused(
     job.error_severity = classification.severity
     fields = ["status", "next_attempt_at", "error_code", "error_http_status", "error_message"]
     fields.append("error_severity")
+    message = refusal.message
     if refusal.action == "defer":
-        return _schedule_retry(job, at=refusal.retry_at, fields=fields)
+        stopped = deadline_stop(job, at=refusal.retry_at, fields=fields, message=message)
+        if stopped is None:
+            return _schedule_retry(job, at=refusal.retry_at, fields=fields)
+        message = stopped
     return _dead_letter(
         job,
         fields=fields,
         severity=classification.severity,
         reason_code=classification.reason_code,
-        message=refusal.message,
+        message=message,
+    )
+
+
+@transaction.atomic
+def job_deadline_exceeded(*, job_id: uuid.UUID | str, rq_job_id: str | None) -> LlmJob | None:
+    """queued|retrying -> failed: the job was not started by its deadline. No provider call was
+    made, so no attempt is used and no ledger row written; dead-lettered as
+    ``deadline_exceeded`` (WARNING). Returns None when the job moved on meanwhile or its
+    deadline has not passed."""
+    from jobs.retry_policy import classify
+
+    job = LlmJob.objects.select_for_update().get(id=job_id)
+    if (
+        job.status not in LlmJob.WAITING_STATUSES
+        or (rq_job_id is not None and job.rq_job_id != rq_job_id)
+        or job.deadline is None
+        or not deadline_passed(job.deadline)
+    ):
+        return None
+    classification = classify(kind="deadline_exceeded")
+    message = deadline_exceeded_message(job.deadline)
+    job.error_code = classification.reason_code
+    job.error_http_status = None
+    job.error_message = message
+    job.error_severity = classification.severity
+    fields = ["status", "next_attempt_at", "error_code", "error_http_status", "error_message"]
+    fields.append("error_severity")
+    return _dead_letter(
+        job,
+        fields=fields,
+        severity=classification.severity,
+        reason_code=classification.reason_code,
+        message=message,
     )
 
 
@@ -712,7 +772,8 @@ def _move_to(job: LlmJob, model: str) -> None:
 def _hold(job: LlmJob, *, delay_seconds: float, reason: str) -> LlmJob:
     """A waiting job back on the queue after ``delay_seconds``, its status unchanged. Inside
     the caller's transaction, the job's row locked."""
-    delay = max(0.001, delay_seconds)
+    # A hold never keeps a job past its deadline: the runner's look just after it ends the job.
+    delay = max(0.001, deadline_hold_seconds(job.deadline, delay_seconds=delay_seconds))
     if job.status == LlmJob.Status.RETRYING:
         job.next_attempt_at = timezone.now() + timedelta(seconds=delay)
         job.save(update_fields=["next_attempt_at"])
@@ -861,6 +922,7 @@ def job_requeue(*, job: LlmJob, model: str | None = None) -> bool:
         cancel_requested_at=None,
         budget_attempts=0,
         retry_counts={},
+        deadline_stopped=False,
         next_attempt_at=None,
         completed_at=None,
         error_code="",

@@ -6,10 +6,13 @@ import math
 import re
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
+from datetime import datetime
 from typing import Any
 
 from api.errors import ValidationFailed
+from jobs.deadlines import DEADLINE_FIELDS, validate_deadline
 from jobs.request_params import PARAM_FIELDS, validate_params
+from jobs.tags import validate_tags
 
 __all__ = ["JobRequest", "validate_feature_and_model", "validate_job_request", "validate_mode"]
 
@@ -23,6 +26,8 @@ ALLOWED_FIELDS = {
     "metadata",
     "concurrency_key",
     "mode",
+    "tags",
+    *DEADLINE_FIELDS,
     *PARAM_FIELDS,
 }
 MODES = ("realtime", "deferred")
@@ -56,6 +61,11 @@ class JobRequest:
     """An embedding job's texts, in order."""
     mode: str | None = None
     """realtime or deferred as asked; None: the feature policy's (jobs/admission.py)."""
+    deadline: datetime | None = None
+    """Not started by then, the job fails (jobs/deadlines.py)."""
+    deadline_given: str | None = None
+    """The deadline as submitted (``seconds:<n>`` or the ISO time): what the fingerprint keeps."""
+    tags: list[str] | None = None
 
     def fingerprint(self) -> str:
         # The fields as they are: json.dumps walks them without the deep copy asdict makes
@@ -63,7 +73,8 @@ class JobRequest:
         fields = {field.name: getattr(self, field.name) for field in dataclass_fields(self)}
         if fields["kind"] == "chat":
             del fields["kind"]
-        for later in ("concurrency_key", "params", "input", "mode"):
+        del fields["deadline"]  # as given, in deadline_given
+        for later in ("concurrency_key", "params", "input", "deadline_given", "tags", "mode"):
             if not fields[later]:
                 # Jobs submitted before the field existed keep the fingerprint they were given.
                 del fields[later]
@@ -318,6 +329,8 @@ def validate_job_request(data: Any) -> JobRequest:
 
     mode = validate_mode(data.get("mode"))
     params = validate_params(data, max_tokens=max_tokens, temperature=temperature)
+    deadline, deadline_given = validate_deadline(data)
+    tags = validate_tags(data.get("tags"))
     return JobRequest(
         mode=mode,
         feature=feature,
@@ -329,4 +342,7 @@ def validate_job_request(data: Any) -> JobRequest:
         metadata=metadata,
         concurrency_key=concurrency_key,
         params=params or None,
+        deadline=deadline,
+        deadline_given=deadline_given,
+        tags=tags or None,
     )

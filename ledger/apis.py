@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from api.errors import ApplicationError
 from api.schema import error_headers, errors
+from jobs.selectors import deadline_attainment
 from keys.scopes import COSTS_READ
 from ledger.selectors import (
     REPORT_GROUPS,
@@ -57,6 +58,15 @@ class CostReportFiltersSerializer(serializers.Serializer):
     user = serializers.CharField(allow_null=True, help_text="The username reported on.")
 
 
+class DeadlineAttainmentSerializer(serializers.Serializer):
+    feature = serializers.CharField()
+    with_deadline = serializers.IntegerField(
+        help_text="Jobs of the feature whose deadline fell in the period and has passed."
+    )
+    met = serializers.IntegerField(help_text="Those of them completed by their deadline.")
+    ratio = serializers.FloatField(help_text="met / with_deadline.")
+
+
 class CostReportSerializer(serializers.Serializer):
     """What ``cost_report_data`` returns, for the schema."""
 
@@ -66,6 +76,11 @@ class CostReportSerializer(serializers.Serializer):
     filters = CostReportFiltersSerializer()
     rows = CostReportRowSerializer(many=True)
     totals = CostReportTotalsSerializer()
+    deadline_attainment = DeadlineAttainmentSerializer(
+        many=True,
+        help_text="Per feature, of the same user and feature filters (not model): jobs "
+        "completed by their deadline / jobs whose deadline fell in the period and has passed.",
+    )
 
 
 _TIME = (
@@ -89,8 +104,8 @@ def cost_report_data(report: CostReport, filters: dict[str, Any]) -> dict[str, A
 
 
 class CostReportApi(APIView):
-    """``GET /api/v1/costs/?group_by=feature|model|user|day|key&since=&until=&feature=&model=``
-    ``&user=``
+    """``GET /api/v1/costs/?group_by=feature|model|user|day|key|tag&since=&until=&feature=``
+    ``&model=&user=``, with the deadline attainment per feature of the same period.
 
     Staff with ``ledger.view_costentry`` see every user's spend and may filter by ``user``
     (username or id); anyone else sees only their own, and a ``user`` filter naming anyone else
@@ -101,7 +116,7 @@ class CostReportApi(APIView):
 
     @extend_schema(
         operation_id="costs_report",
-        summary="Spend grouped by feature, model, user, day or API key",
+        summary="Spend grouped by feature, model, user, day, API key or tag",
         parameters=[
             OpenApiParameter("group_by", enum=list(REPORT_GROUPS), default=REPORT_GROUPS[0]),
             OpenApiParameter("since", str, description=f"{_TIME} Default: 30 days before until."),
@@ -150,4 +165,12 @@ class CostReportApi(APIView):
             "model": params.get("model") or None,
             "user": user.get_username() if user is not None else None,
         }
-        return Response(cost_report_data(report, filters))
+        attainment = deadline_attainment(
+            since=since,
+            until=until,
+            user_id=user.pk if user is not None else None,
+            feature=params.get("feature") or None,
+        )
+        body = cost_report_data(report, filters)
+        body["deadline_attainment"] = DeadlineAttainmentSerializer(attainment, many=True).data
+        return Response(body)

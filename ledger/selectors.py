@@ -63,7 +63,7 @@ def cost_entries_for_job(*, job_id: UUID) -> QuerySet[CostEntry]:
 
 # --- Cost reports -----------------------------------------------------------------------------
 
-REPORT_GROUPS = ("feature", "model", "user", "day", "key")
+REPORT_GROUPS = ("feature", "model", "user", "day", "key", "tag")
 """What a cost report can group by; the first is the default."""
 
 REPORT_DEFAULT_DAYS = 30
@@ -185,9 +185,9 @@ def cost_report(
     Per group: distinct jobs, attempts (``attempt`` rows: a correction is not an attempt),
     tokens by kind and cost of every row (corrections included, so the cost is what the group
     really cost). A fixed number of queries whatever the size: the ledger's GROUP BY, the
-    failures' GROUP BY, then by model or day the distinct jobs of the whole range for the totals
-    (see ``_total_jobs``), by user the usernames. Rows come by cost, highest first; by day,
-    oldest first.
+    failures' GROUP BY, then by model, day or tag the distinct jobs of the whole range for the
+    totals (see ``_total_jobs``; by tag, one aggregate of the range), by user the usernames.
+    Rows come by cost, highest first; by day, oldest first.
     """
     if group_by not in REPORT_GROUPS:
         raise _invalid("group_by", f"group_by must be one of {', '.join(REPORT_GROUPS)}.")
@@ -209,6 +209,8 @@ def cost_report(
         "model": (F("model"), F("job__model")),
         "user": (F("user_id"), F("job__user_id")),
         "key": (F("api_key_id"), F("job__api_key_id")),
+        # A row belongs to each tag of its job (JobTag's (tag, job) index); untagged: no key.
+        "tag": (F("job__tag_rows__tag"), F("job__tag_rows__tag")),
         # The ranges are UTC and so are the days, whatever the server's time zone.
         "day": (TruncDate("created_at", tzinfo=UTC), TruncDate("created_at", tzinfo=UTC)),
     }[group_by]
@@ -253,6 +255,10 @@ def cost_report(
     else:
         keyed.sort(key=lambda row: (-row.cost_usd, row.key or ""))
 
+    if group_by == "tag":
+        # A job with two tags is in two rows: the totals are the range's, counted once.
+        totals = _totals_once(entries, failures)
+        return CostReport(group_by=group_by, since=since, until=until, rows=keyed, totals=totals)
     totals = CostReportRow(
         key=None,
         jobs=_total_jobs(group_by, entries, keyed),
@@ -265,13 +271,33 @@ def cost_report(
     return CostReport(group_by=group_by, since=since, until=until, rows=keyed, totals=totals)
 
 
+def _totals_once(entries: QuerySet[CostEntry], failures: QuerySet[FailureRecord]) -> CostReportRow:
+    """The totals of a report whose rows overlap (by tag): one aggregate over the ledger rows."""
+    sums = {kind: Sum(column) for kind, column in TOKEN_KINDS.items()}
+    values = entries.aggregate(
+        jobs=Count("job_id", distinct=True),
+        attempts=Count("id", filter=Q(entry_type=CostEntry.EntryType.ATTEMPT)),
+        cost=Sum("cost_usd"),
+        **sums,
+    )
+    return CostReportRow(
+        key=None,
+        jobs=int(values["jobs"] or 0),
+        attempts=int(values["attempts"] or 0),
+        tokens={kind: int(values[kind] or 0) for kind in TOKEN_KINDS},
+        cost_usd=values["cost"] or Decimal("0"),
+        failures=failures.count(),
+    )
+
+
 def _total_jobs(group_by: str, entries: QuerySet[CostEntry], rows: list[CostReportRow]) -> int:
     """Distinct jobs over the whole report.
 
     Every row of a job carries the job's feature, user and key (a correction books against its
     attempt's feature; a job keeps its feature, owner and key for life), so by feature, user or
     key no job is in two groups and the groups' counts add up: no second pass over the range. By
-    model (a requeue may switch model) or by day a job can be in two groups: count them in SQL.
+    model (a requeue may switch model), by day or by tag (a job has several) a job can be in two
+    groups: count them in SQL.
     """
     if not rows:
         return 0

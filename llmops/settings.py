@@ -343,6 +343,10 @@ LLM_DEFERRED_POLL_SECONDS = env.number("LLM_DEFERRED_POLL_SECONDS", 10.0, minimu
 LLM_DEFERRED_FALLBACK_MARGIN_SECONDS = env.number(
     "LLM_DEFERRED_FALLBACK_MARGIN_SECONDS", 600.0, minimum=0.0
 )
+# Deadlines (jobs/deadlines.py): a WARNING when a feature meets fewer than 95 % in an hour; a
+# job whose deadline is within 60 s of its enqueue goes to the front of the llm queue.
+LLM_DEADLINE_ALERT_RATIO = env.number("LLM_DEADLINE_ALERT_RATIO", 0.95, minimum=0.0)
+LLM_DEADLINE_FRONT_SECONDS = env.number("LLM_DEADLINE_FRONT_SECONDS", 60.0, minimum=0.0)
 
 # --- Rate limits (ratelimits/, checked in ratelimits/checks.py) ------------------------------
 LLM_RATE_LIMIT_ENABLED = env.switch("LLM_RATE_LIMIT_ENABLED", True)

@@ -31,6 +31,22 @@ class PipelineSubmitSerializer(serializers.Serializer):
             "every bad index."
         ),
     )
+    deadline = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="ISO 8601: every step's job's deadline (a step may then not give its own); "
+        "no step starts after it. In the past: `invalid_deadline`.",
+    )
+    deadline_seconds = serializers.FloatField(
+        required=False, allow_null=True, min_value=0, help_text="The deadline, from the submit."
+    )
+    tags = serializers.ListField(
+        child=serializers.SlugField(max_length=64),
+        required=False,
+        allow_null=True,
+        max_length=10,
+        help_text="Slugs, on every step's job (before the step's own tags).",
+    )
 
 
 SUBMIT_EXAMPLE = OpenApiExample(

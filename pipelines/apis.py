@@ -50,6 +50,8 @@ _SUBMIT_400 = [
     "invalid_body",
     "unknown_field",
     "invalid_name",
+    "invalid_deadline",
+    "invalid_tags",
     "invalid_steps",
     "too_many_steps",
 ]
@@ -130,6 +132,8 @@ class PipelineStepSerializer(serializers.Serializer):
 class PipelineRowSerializer(serializers.ModelSerializer):
     """A pipeline in the list; ``cost_usd`` is annotated by the selector."""
 
+    tags = serializers.ListField(child=serializers.CharField(), read_only=True)
+
     cost_usd = serializers.DecimalField(
         max_digits=16,
         decimal_places=6,
@@ -139,7 +143,17 @@ class PipelineRowSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Pipeline
-        fields = ["id", "name", "status", "step_count", "created_at", "finished_at", "cost_usd"]
+        fields = [
+            "id",
+            "name",
+            "status",
+            "step_count",
+            "tags",
+            "deadline",
+            "created_at",
+            "finished_at",
+            "cost_usd",
+        ]
 
 
 class PipelineOutputSerializer(PipelineRowSerializer):

@@ -40,6 +40,12 @@ class Pipeline(models.Model):
     name = models.CharField(max_length=200, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     step_count = models.PositiveIntegerField()
+    deadline = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Every step's job's deadline; no step starts after it. Empty: none.",
+    )
+    tags = models.JSONField(default=list, blank=True, help_text="Slugs, on every step's job.")
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(
         null=True, blank=True, help_text="When it completed, failed or was cancelled."

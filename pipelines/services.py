@@ -22,13 +22,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from api.errors import ApplicationError, Conflict
+from jobs.deadlines import deadline_passed
 from jobs.models import LlmJob
 from jobs.services import job_cancel, job_submit
 from jobs.transitions import Transition
 from pipelines import events
 from pipelines.models import Pipeline, PipelineStep
 from pipelines.placeholders import fill_previous
-from pipelines.validation import MARKER_KEY, validate_pipeline_request
+from pipelines.validation import MARKER_KEY, step_job_body, validate_pipeline_request
 
 __all__ = ["pipeline_cancel", "pipeline_create", "pipeline_job_transition"]
 
@@ -49,7 +50,8 @@ _WATCHED = frozenset(
 def _job_body(body: dict[str, Any], *, pipeline: Pipeline, index: int) -> dict[str, Any]:
     """The step's body with the marker that tells a job's transitions it belongs to a step."""
     metadata = {**(body.get("metadata") or {}), MARKER_KEY: {"id": str(pipeline.id), "step": index}}
-    return {**body, "metadata": metadata}
+    merged = step_job_body(body, deadline=pipeline.deadline, tags=pipeline.tags)
+    return {**merged, "metadata": metadata}
 
 
 @transaction.atomic
@@ -59,7 +61,12 @@ def pipeline_create(*, user: User, data: Any, api_key_id: int | None = None) -> 
     Every step's job records ``api_key_id``, the key that submitted the pipeline."""
     request = validate_pipeline_request(data, user=user, api_key_id=api_key_id)
     pipeline = Pipeline.objects.create(
-        user=user, api_key_id=api_key_id, name=request.name, step_count=len(request.steps)
+        user=user,
+        api_key_id=api_key_id,
+        name=request.name,
+        step_count=len(request.steps),
+        deadline=request.deadline,
+        tags=request.tags,
     )
     first, _created = job_submit(
         user=user,
@@ -221,6 +228,11 @@ def _advance(pipeline: Pipeline, step: PipelineStep, job: LlmJob) -> None:
     body = fill_previous(following.request, job.output_text or "")
     user = User.objects.only("id").get(id=pipeline.user_id)
     try:
+        if deadline_passed(pipeline.deadline):
+            raise ApplicationError(
+                "The pipeline's deadline passed before this step could start.",
+                code="deadline_exceeded",
+            )
         # No savepoint of ours: job_submit refuses before writing anything, and writes inside
         # its own atomic block.
         next_job, _created = job_submit(

@@ -6,6 +6,8 @@ One bad step refuses the whole pipeline, naming every bad step, and nothing is w
 """
 
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -13,12 +15,20 @@ from django.contrib.auth.models import User
 
 from api.errors import LimitExceeded, ValidationFailed
 from jobs.admission import check_against_price_table, check_budgets_not_spent
+from jobs.deadlines import DEADLINE_FIELDS, validate_deadline
+from jobs.tags import validate_tags
 from jobs.validation import validate_job_request
 from pipelines.placeholders import uses_previous
 
-__all__ = ["MARKER_KEY", "MAX_NAME_LENGTH", "PipelineRequest", "validate_pipeline_request"]
+__all__ = [
+    "MARKER_KEY",
+    "MAX_NAME_LENGTH",
+    "PipelineRequest",
+    "step_job_body",
+    "validate_pipeline_request",
+]
 
-ALLOWED_FIELDS = {"name", "steps"}
+ALLOWED_FIELDS = {"name", "steps", "tags", *DEADLINE_FIELDS}
 MAX_NAME_LENGTH = 200
 MARKER_KEY = "llmops_pipeline"
 """The key of a step job's ``metadata`` that says which pipeline and step it runs
@@ -29,12 +39,37 @@ MARKER_KEY = "llmops_pipeline"
 class PipelineRequest:
     name: str
     steps: list[dict[str, Any]]
+    deadline: datetime | None = None
+    tags: list[str] = dataclass_field(default_factory=list)
 
 
-def _step_problem(index: int, body: Any) -> dict[str, Any] | None:
+def step_job_body(body: Any, *, deadline: datetime | None, tags: list[str]) -> Any:
+    """A step's job body with the pipeline's deadline (for every step; a step's own deadline is
+    refused then) and tags (the pipeline's first, then the step's own)."""
+    if not isinstance(body, dict):
+        return body
+    merged = dict(body)
+    if deadline is not None:
+        merged["deadline"] = deadline.isoformat()
+    if tags:
+        merged["tags"] = [*tags, *(body.get("tags") or [])]
+    return merged
+
+
+def _step_problem(
+    index: int, body: Any, *, deadline: datetime | None = None, tags: list[str] | None = None
+) -> dict[str, Any] | None:
     """The refusal of one step, shaped as a batch's bad item is (jobs/bulk.py)."""
     try:
-        request = validate_job_request(body)
+        if deadline is not None and isinstance(body, dict):
+            own = [name for name in DEADLINE_FIELDS if body.get(name) is not None]
+            if own:
+                raise ValidationFailed(
+                    "The pipeline has a deadline: a step may not give its own.",
+                    code="invalid_deadline",
+                    detail={"field": own[0]},
+                )
+        request = validate_job_request(step_job_body(body, deadline=deadline, tags=tags or []))
         check_against_price_table(model=request.model, max_tokens=request.max_tokens)
         if MARKER_KEY in (request.metadata or {}):
             raise ValidationFailed(
@@ -107,7 +142,13 @@ def validate_pipeline_request(
             code="too_many_steps",
             detail={"field": "steps", "maximum": maximum},
         )
-    errors = [e for i, body in enumerate(steps) if (e := _step_problem(i, body)) is not None]
+    deadline, _given = validate_deadline(data)
+    tags = validate_tags(data.get("tags"))
+    errors = [
+        e
+        for i, body in enumerate(steps)
+        if (e := _step_problem(i, body, deadline=deadline, tags=tags)) is not None
+    ]
     if errors:
         raise ValidationFailed(
             f"{len(errors)} of {len(steps)} steps are invalid; nothing was saved.",
@@ -115,4 +156,4 @@ def validate_pipeline_request(
             detail={"indexes": [e["index"] for e in errors], "errors": errors},
         )
     _check_budgets(steps, user, api_key_id)
-    return PipelineRequest(name=name.strip(), steps=steps)
+    return PipelineRequest(name=name.strip(), steps=steps, deadline=deadline, tags=tags)

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from django.utils import timezone
 
+from jobs.selectors import deadline_attainment
 from llmops.queues import AGENTS_QUEUE, ALERTS_QUEUE, DEFAULT_QUEUE
 from ops.dashboard.database import (
     Window,
@@ -72,6 +73,10 @@ def dashboard_data(*, hours: int = DEFAULT_WINDOW_HOURS, now: datetime | None = 
         "cost_per_day": cost_per_feature_per_day(window.now),
         "spend_by_key": spend_by_key(window.now),
         "budgets": budget_use(window.now),
+        "deadlines": [
+            {"feature": a.feature, "with_deadline": a.with_deadline, "met": a.met, "ratio": a.ratio}
+            for a in deadline_attainment(since=window.since, until=window.now, now=window.now)
+        ],
         "queues": {
             "available": redis["available"],
             "error": redis["error"],

@@ -50,6 +50,8 @@ def test_it_accepts_a_batch_and_points_at_its_status(alice_client):
         "completed": 0,
         "failed": 0,
         "cancelled": 0,
+        "tags": [],
+        "deadline": None,
         "cost_usd": "0.000000",
         "created_at": shown["created_at"],
         "finished_at": None,
@@ -219,7 +221,7 @@ def test_it_lists_the_callers_batches_newest_first(alice_client, bob_client):
     row = body["results"][0]
     assert set(row) == {
         "id", "name", "kind", "status", "total", "pending", "completed", "failed", "cancelled",
-        "created_at", "finished_at",
+        "created_at", "finished_at", "tags", "deadline",
     }  # fmt: skip
     rest = alice_client.get("/api/v1/batches/?page=2&page_size=1").json()["results"]
     assert [b["id"] for b in rest] == [str(first.id)]

@@ -151,7 +151,6 @@ def test_errored_items_retry_in_a_later_batch_and_expired_ones_run_in_real_time(
     assert fake_provider.stats()["requests"] == expired.count()
 
 
-@pytest.mark.skipif(not hasattr(LlmJob, "deadline"), reason="deadlines land with their branch")
 def test_a_late_batch_sends_near_deadline_jobs_to_real_time_and_books_late_results_superseded(
     alice_client, workers, fake_provider, deferred_settings
 ):

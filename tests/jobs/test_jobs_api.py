@@ -49,6 +49,7 @@ def test_it_shows_a_queued_job(alice_client):
         "id", "status", "feature", "model", "served_by", "kind", "mode", "provider_batch",
         "concurrency_key", "attempts", "created_at", "started_at",
         "completed_at", "duration_ms", "next_attempt_at", "output", "usage", "cost_usd", "error",
+        "tags", "deadline",
     }  # fmt: skip
     assert body["status"] == "queued"
     assert body["attempts"] == 0

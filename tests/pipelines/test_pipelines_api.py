@@ -45,6 +45,7 @@ def test_it_shows_every_step_and_only_the_first_has_a_job(alice_client):
     body = detail(alice_client, pipeline)
     assert set(body) == {
         "id", "name", "status", "step_count", "created_at", "finished_at", "cost_usd", "steps",
+        "tags", "deadline",
     }  # fmt: skip
     assert body["name"] == "refund flow" and body["status"] == "running"
     assert body["step_count"] == 3 and body["finished_at"] is None
@@ -173,6 +174,7 @@ def test_it_lists_only_your_own_pipelines_newest_first(alice_client, bob_client)
     assert [p["id"] for p in body["results"]] == [str(second.id), str(first.id)]
     assert set(body["results"][0]) == {
         "id", "name", "status", "step_count", "created_at", "finished_at", "cost_usd",
+        "tags", "deadline",
     }  # fmt: skip
     assert body["results"][1]["step_count"] == 3
     running = alice_client.get("/api/v1/pipelines/?status=running&page_size=1").json()

@@ -4,6 +4,7 @@ from batches.callbacks import callbacks_resume
 from batches.services import batch_cancels_resume
 from dlq.services import bulk_requeues_resume
 from loops.command import LoopCommand
+from loops.deadline_health import deadline_attainment_check
 from loops.queue_health import queue_health_check
 from loops.retry_health import retry_overdue_check
 
@@ -12,7 +13,8 @@ class Command(LoopCommand):
     help = (
         "Check how long the oldest job of each queue has waited (ALERT_QUEUE_WAIT_THRESHOLDS); "
         "raise a WARNING over the threshold and resolve it when it clears; the same for the "
-        "oldest overdue retry (LLM_OVERDUE_RETRY_ALERT_SECONDS); re-enqueue the alerts of "
+        "oldest overdue retry (LLM_OVERDUE_RETRY_ALERT_SECONDS) and for each feature's deadline "
+        "attainment over the last hour (LLM_DEADLINE_ALERT_RATIO); re-enqueue the alerts of "
         "failures and the alert deliveries Redis lost; resolve failure alerts whose DLQ "
         "records are all handled; resume bulk requeues and batch cancels Redis lost. Once, "
         "or --loop, "
@@ -24,6 +26,7 @@ class Command(LoopCommand):
     def run_pass(self) -> str:
         reports = queue_health_check()
         retries = retry_overdue_check()
+        deadlines = deadline_attainment_check()
         resumed = alert_deliveries_resume()
         realerted = alert_failures_resume()
         cleared = alert_failure_incidents_check()
@@ -48,4 +51,6 @@ class Command(LoopCommand):
                 lines.append(f"monitor: {report}")
         if retries.alert is not None or not self.looping:
             lines.append(f"monitor: {retries}")
+        if deadlines.alerts or not self.looping:
+            lines.append(f"monitor: {deadlines}")
         return "\n".join(lines)

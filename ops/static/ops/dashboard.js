@@ -311,6 +311,19 @@
         setText("cost-total", money(cost.total_usd));
     }
 
+    function renderDeadlines(data) {
+        const rows = data.deadlines || [];
+        show("deadlines-empty", rows.length === 0);
+        fillTable("deadlines-table", rows.map(function (d) {
+            return el("tr", {}, [
+                cell(d.feature),
+                numberCell(count(d.with_deadline)),
+                numberCell(count(d.met)),
+                numberCell((d.ratio * 100).toFixed(1) + " %"),
+            ]);
+        }));
+    }
+
     function renderKeys(data) {
         const keys = data.spend_by_key;
         show("keys-empty", keys.length === 0);
@@ -472,6 +485,7 @@
         renderSeverity(charts, data);
         renderCost(charts, data);
         renderKeys(data);
+        renderDeadlines(data);
         renderBudgets(charts, data);
         renderQueues(data);
         renderWorkers(data);
