@@ -188,6 +188,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStatusEnum": "jobs.models.LlmJob.Status",
         "JobKindEnum": "jobs.models.LlmJob.Kind",
+        "JobModeEnum": "jobs.models.LlmJob.Mode",
         "BatchStatusEnum": "batches.models.Batch.Status",
         "AgentRunStatusEnum": "agents.models.AgentRun.Status",
         "AgentStepStatusEnum": "agents.models.AgentStep.Status",

@@ -17,6 +17,7 @@ from agents.models import AgentRun, AgentStep, DemoEmail
 from alerts.models import Alert, AlertRoute, LoopHeartbeat
 from batches.models import Batch, BatchItem
 from batches.services import batch_submit
+from deferred.models import ProviderBatch, ProviderBatchItem
 from dlq.models import BulkRequeue, FailureRecord
 from dlq.services import failure_record_create
 from features.models import FeaturePolicy
@@ -162,6 +163,14 @@ ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
     ("jobs.LlmJob", "delete_selected"): (_failed_job, _gone(LlmJob)),
     ("jobs.ProviderBreaker", "delete_selected"): (_open_breaker, _gone(ProviderBreaker)),
     ("ledger.CostEntry", "delete_selected"): (_cost_entry, _gone(CostEntry)),
+    ("deferred.ProviderBatch", "delete_selected"): (
+        lambda world: world.objects["provider_batch"],
+        _gone(ProviderBatch),
+    ),
+    ("deferred.ProviderBatchItem", "delete_selected"): (
+        lambda world: world.objects["provider_batch_item"],
+        _gone(ProviderBatchItem),
+    ),
     ("ledger.Budget", "delete_selected"): (
         lambda world: Budget.objects.create(scope="feature", feature=_name(), limit_usd=1),
         _gone(Budget),

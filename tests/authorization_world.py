@@ -40,6 +40,7 @@ from alerts.models import (
     LoopHeartbeat,
 )
 from batches.services import batch_submit
+from deferred.models import ProviderBatch, ProviderBatchItem
 from dlq.models import BulkRequeue
 from dlq.services import failure_record_create
 from embeddings.validation import validate_embedding_request
@@ -232,6 +233,12 @@ def build_world() -> World:
     )
     group = Group.objects.create(name=MARK)
     feature_policy = FeaturePolicy.objects.create(feature=MARK, fallback_models=[])
+    provider_batch = ProviderBatch.objects.create(
+        provider="anthropic", model=MARK, provider_batch_id=f"msgbatch_{MARK}", status="booked"
+    )
+    provider_batch_item = ProviderBatchItem.objects.create(
+        batch=provider_batch, job=failed, attempt=99
+    )
     victim_user = User.objects.create(username=f"{MARK}-user")
     world.objects = {
         "queued": queued,
@@ -255,6 +262,8 @@ def build_world() -> World:
         "victim_user": victim_user,
         "api_key": api_key,
         "feature_policy": feature_policy,
+        "provider_batch": provider_batch,
+        "provider_batch_item": provider_batch_item,
     }
     queue_index = sorted(settings.RQ_QUEUES).index(DEFAULT_QUEUE)
     world.ids = {
@@ -285,6 +294,8 @@ def build_world() -> World:
         "api_key": str(api_key.id),
         "feature": MARK,
         "feature_policy": str(feature_policy.id),
+        "provider_batch": str(provider_batch.id),
+        "provider_batch_item": str(provider_batch_item.id),
         "owner": str(owner.id),
         "user_ct": str(_content_type_id(User)),
         "queue": str(queue_index),
