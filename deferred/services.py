@@ -46,6 +46,7 @@ from jobs.services import (
     job_deadline_exceeded,
     job_recover,
     job_run_in_real_time,
+    job_undefer,
 )
 from jobs.timeouts import job_timeout_for
 from ledger.budgets import BudgetRefusal, budget_release, budget_reserve
@@ -153,6 +154,11 @@ def _flush_model(model: str, *, now: datetime, report: DeferredReport) -> None:
     for job in jobs:
         if deadline_passed(job.deadline):
             job_deadline_exceeded(job_id=job.id, rq_job_id=None)  # never sent past it
+            continue
+        if _too_near(job, now):
+            # A batch may take longer than the deadline leaves: real time now instead.
+            if job_undefer(job_id=job.id, reason="its deadline is too near for a batch"):
+                report.to_real_time += 1
             continue
         reservation = budget_reserve(job=job, attempt=job.attempts + 1, batch=True)
         if isinstance(reservation, BudgetRefusal):
@@ -441,8 +447,7 @@ def _deadline_fallback(report: DeferredReport, *, now: datetime | None) -> None:
         deadline__lte=horizon,
     ).only("id", "attempts", "deadline", "max_tokens", "provider_batch_id")
     for job in candidates:
-        expected = job_timeout_for(job.max_tokens) + margin
-        if job.deadline is not None and job.deadline - now <= timedelta(seconds=expected):
+        if _too_near(job, now):
             with transaction.atomic():
                 moved = job_run_in_real_time(
                     job_id=job.id, attempt=job.attempts, record=None, reason="deadline"
@@ -452,6 +457,15 @@ def _deadline_fallback(report: DeferredReport, *, now: datetime | None) -> None:
                         moved_to_real_time=True
                     )
             report.to_real_time += int(moved is not None)
+
+
+def _too_near(job: LlmJob, now: datetime) -> bool:
+    """Whether the job's deadline is closer than a real-time run of it can take (its RQ timeout,
+    jobs/timeouts.py) plus ``LLM_DEFERRED_FALLBACK_MARGIN_SECONDS``."""
+    if job.deadline is None:
+        return False
+    expected = job_timeout_for(job.max_tokens) + settings.LLM_DEFERRED_FALLBACK_MARGIN_SECONDS
+    return job.deadline - now <= timedelta(seconds=expected)
 
 
 def _cancel_batches_nobody_waits_for(report: DeferredReport) -> None:

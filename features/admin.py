@@ -21,7 +21,7 @@ class FeaturePolicyForm(forms.ModelForm):
 
     class Meta:
         model = FeaturePolicy
-        fields = ["feature", "fallback_models", "mode"]
+        fields = ["feature", "fallback_models", "mode", "deadline_seconds"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -40,7 +40,14 @@ class FeaturePolicyForm(forms.ModelForm):
 @admin.register(FeaturePolicy)
 class FeaturePolicyAdmin(admin.ModelAdmin):
     form = FeaturePolicyForm
-    list_display = ["feature", "fallback_list", "mode", "updated_at", "updated_by"]
+    list_display = [
+        "feature",
+        "fallback_list",
+        "mode",
+        "deadline_seconds",
+        "updated_at",
+        "updated_by",
+    ]
     list_select_related = ["updated_by"]
     search_fields = ["feature"]
 
@@ -57,6 +64,7 @@ class FeaturePolicyAdmin(admin.ModelAdmin):
             feature=obj.feature,
             fallback_models=form.cleaned_data["fallback_models"],
             mode=form.cleaned_data["mode"],
+            deadline_seconds=form.cleaned_data.get("deadline_seconds"),
             by=request.user,  # type: ignore[arg-type]
         )
         obj.pk, obj.updated_at = saved.pk, saved.updated_at

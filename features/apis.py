@@ -17,11 +17,11 @@ from api.pagination import paginated_response
 from api.schema import PAGE_NOT_FOUND, error_headers, errors
 from features.models import FeaturePolicy
 from features.selectors import feature_policies, feature_policy_for
-from features.services import feature_policy_update, validate_feature
+from features.services import UNCHANGED, feature_policy_update, validate_feature
 from keys.permissions import HasScope
 from keys.scopes import ADMIN
 
-POLICY_FIELDS = ("fallback_models", "mode")
+POLICY_FIELDS = ("fallback_models", "mode", "deadline_seconds")
 """What a PUT may set; a field left out keeps its value."""
 
 
@@ -33,6 +33,10 @@ class FeaturePolicyOutputSerializer(serializers.Serializer):
     )
     mode = serializers.CharField(
         help_text="realtime or deferred: the mode of the feature's jobs that ask for none."
+    )
+    deadline_seconds = serializers.IntegerField(
+        allow_null=True,
+        help_text="The deadline of the feature's jobs that give none, in seconds from submit.",
     )
     configured = serializers.BooleanField(
         help_text="False: the feature has no policy yet and shows the defaults."
@@ -47,6 +51,7 @@ def _body(policy: FeaturePolicy | None, feature: str) -> dict[str, Any]:
             "feature": feature,
             "fallback_models": [],
             "mode": "realtime",
+            "deadline_seconds": None,
             "configured": False,
             "updated_at": None,
             "updated_by": None,
@@ -55,6 +60,7 @@ def _body(policy: FeaturePolicy | None, feature: str) -> dict[str, Any]:
         "feature": policy.feature,
         "fallback_models": list(policy.fallback_models or []),
         "mode": policy.mode,
+        "deadline_seconds": policy.deadline_seconds,
         "configured": True,
         "updated_at": policy.updated_at,
         "updated_by": policy.updated_by.get_username() if policy.updated_by else None,
@@ -118,6 +124,11 @@ class FeatureDetailApi(APIView):
             required=False,
             help_text="The mode of the feature's jobs that ask for none.",
         )
+        deadline_seconds = serializers.IntegerField(
+            required=False,
+            allow_null=True,
+            help_text="The deadline of its jobs that give none, in seconds; null removes it.",
+        )
 
     @extend_schema(
         operation_id="features_retrieve",
@@ -147,6 +158,7 @@ class FeatureDetailApi(APIView):
                         "invalid_feature",
                         "invalid_fallback_models",
                         "invalid_mode",
+                        "invalid_deadline",
                         "unknown_model",
                         "unknown_field",
                     ],
@@ -196,6 +208,7 @@ class FeatureDetailApi(APIView):
             feature=feature,
             fallback_models=data.get("fallback_models"),
             mode=data.get("mode"),
+            deadline_seconds=data.get("deadline_seconds", UNCHANGED),
             by=cast(User, request.user),
         )
         return Response(FeaturePolicyOutputSerializer(_body(policy, policy.feature)).data)

@@ -25,6 +25,11 @@ class FeaturePolicy(models.Model):
         default="realtime",
         help_text="The mode of the feature's jobs that do not ask for one.",
     )
+    deadline_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The deadline of the feature's jobs that give none, in seconds from submit.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,

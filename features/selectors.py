@@ -4,7 +4,7 @@ from django.db.models import QuerySet
 
 from features.models import FeaturePolicy
 
-__all__ = ["fallback_models_for", "feature_mode", "feature_policies", "feature_policy_for"]
+__all__ = ["fallback_models_for", "feature_defaults", "feature_policies", "feature_policy_for"]
 
 
 def feature_policy_for(*, feature: str) -> FeaturePolicy | None:
@@ -25,7 +25,11 @@ def fallback_models_for(*, feature: str) -> list[str]:
     return list(models or [])
 
 
-def feature_mode(*, feature: str) -> str:
-    """The feature's default mode (``realtime`` without a policy)."""
-    mode = FeaturePolicy.objects.filter(feature=feature).values_list("mode", flat=True).first()
-    return mode or "realtime"
+def feature_defaults(*, feature: str) -> tuple[str, int | None]:
+    """The feature's default mode (``realtime`` without a policy) and deadline in seconds."""
+    row = (
+        FeaturePolicy.objects.filter(feature=feature)
+        .values_list("mode", "deadline_seconds")
+        .first()
+    )
+    return (row[0], row[1]) if row else ("realtime", None)

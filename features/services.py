@@ -61,6 +61,31 @@ def validate_fallback_models(value: Any) -> list[str]:
     return list(value)
 
 
+def validate_policy_deadline(seconds: Any) -> int | None:
+    """None (no default deadline) or whole seconds up to a month (jobs/deadlines.py)."""
+    from jobs.deadlines import MAX_DEADLINE_SECONDS
+
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        raise ValidationFailed(
+            "deadline_seconds must be a whole number of seconds, or null.",
+            code="invalid_deadline",
+            detail={"field": "deadline_seconds"},
+        )
+    if not 0 < seconds <= MAX_DEADLINE_SECONDS:
+        raise ValidationFailed(
+            f"deadline_seconds must be between 1 and {MAX_DEADLINE_SECONDS} (a month).",
+            code="invalid_deadline",
+            detail={"field": "deadline_seconds", "maximum": MAX_DEADLINE_SECONDS},
+        )
+    return seconds
+
+
+UNCHANGED: Any = object()
+"""``deadline_seconds`` left as it is (None removes the default)."""
+
+
 def validate_policy_mode(mode: Any) -> str:
     if mode not in ("realtime", "deferred"):
         raise ValidationFailed(
@@ -75,6 +100,7 @@ def feature_policy_update(
     feature: str,
     fallback_models: list[str] | None = None,
     mode: str | None = None,
+    deadline_seconds: Any = UNCHANGED,
     by: User | None = None,
 ) -> FeaturePolicy:
     """Create a feature's policy or change the settings given (None: left as it is). Jobs
@@ -83,6 +109,8 @@ def feature_policy_update(
     feature = validate_feature(feature)
     models = None if fallback_models is None else validate_fallback_models(fallback_models)
     mode = None if mode is None else validate_policy_mode(mode)
+    if deadline_seconds is not UNCHANGED:
+        deadline_seconds = validate_policy_deadline(deadline_seconds)
     try:
         with transaction.atomic():
             policy, _ = FeaturePolicy.objects.get_or_create(feature=feature)
@@ -93,6 +121,8 @@ def feature_policy_update(
         policy.fallback_models = models
     if mode is not None:
         policy.mode = mode
+    if deadline_seconds is not UNCHANGED:
+        policy.deadline_seconds = deadline_seconds
     policy.updated_by = by
     policy.save()
     return policy

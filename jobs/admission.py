@@ -4,6 +4,9 @@ left, and idempotency keys compared byte for byte. Used by ``job_submit`` and ``
 
 import hashlib
 import math
+from dataclasses import replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -14,11 +17,14 @@ from ledger.models import ModelPrice
 from ledger.selectors import price_for_model, unknown_model_error
 from providers.selectors import provider_row
 
+if TYPE_CHECKING:
+    from jobs.validation import JobRequest
+
 __all__ = [
     "check_against_price_table",
     "check_budgets_not_spent",
     "idempotency_key_hash",
-    "mode_for",
+    "policy_defaults",
 ]
 
 
@@ -102,13 +108,29 @@ def idempotency_key_hash(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def mode_for(*, feature: str, model: str, asked: str | None) -> str:
-    """The mode a job runs in: as asked, else its feature policy's, else ``realtime``. A
-    deferred job of a provider without a Message Batches API (an OpenAI-compatible one) runs in
-    real time."""
-    from features.selectors import feature_mode
+def policy_defaults(request: "JobRequest", *, memo: dict[Any, Any] | None = None) -> "JobRequest":
+    """The request with what its feature policy gives a job that does not say (features/): its
+    mode, and a deadline ``deadline_seconds`` from now. ``memo``: one policy read per feature,
+    model and asked mode for many jobs at once (jobs/bulk.py)."""
+    from features.selectors import feature_defaults
 
-    mode = asked or feature_mode(feature=feature)
+    key = (request.feature, request.model, request.mode)
+    if memo is not None and key in memo:
+        mode, deadline_seconds = memo[key]
+    else:
+        policy_mode, deadline_seconds = feature_defaults(feature=request.feature)
+        mode = _runnable_mode(model=request.model, mode=request.mode or policy_mode)
+        if memo is not None:
+            memo[key] = (mode, deadline_seconds)
+    changes: dict[str, Any] = {"mode": mode}
+    if request.deadline is None and deadline_seconds:
+        changes["deadline"] = timezone.now() + timedelta(seconds=deadline_seconds)
+    return replace(request, **changes)
+
+
+def _runnable_mode(*, model: str, mode: str) -> str:
+    """A deferred job of a provider without a Message Batches API (an OpenAI-compatible one)
+    runs in real time."""
     if mode == "deferred":
         price = price_for_model(model=model)
         row = provider_row(name=price.provider_name) if price is not None else None

@@ -20,7 +20,7 @@ options ``job_rq_options`` gives one job; only the writes are grouped:
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 from rq import Queue
 
 from api.errors import ApplicationError, ValidationFailed
-from jobs.admission import check_against_price_table, check_budgets_not_spent, mode_for
+from jobs.admission import check_against_price_table, check_budgets_not_spent, policy_defaults
 from jobs.models import LlmJob
 from jobs.services import job_build, job_rq_options
 from jobs.tags import job_tag_rows
@@ -156,19 +156,11 @@ def jobs_submit_many(
 ) -> list[LlmJob]:
     """Insert validated jobs, count and announce them (SUBMITTED), and push their RQ jobs in
     chunks once the caller's transaction commits. Call inside that transaction."""
-    modes: dict[tuple[str, str, str | None], str] = {}
-
-    def resolved(request: JobRequest) -> JobRequest:
-        # One feature-policy read per feature, model and asked mode, not one per job.
-        key = (request.feature, request.model, request.mode)
-        if key not in modes:
-            modes[key] = mode_for(feature=request.feature, model=request.model, asked=request.mode)
-        return replace(request, mode=modes[key])
-
+    policies: dict[Any, Any] = {}  # one feature-policy read per feature, not one per job
     jobs = [
         job_build(
             user=user,
-            request=resolved(new.request),
+            request=policy_defaults(new.request, memo=policies),
             fingerprint=new.fingerprint,
             api_key_id=api_key_id,
         )

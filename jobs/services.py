@@ -18,7 +18,6 @@ one after-commit hook that WebSocket events, metrics and budgets subscribe to. `
 only holds the lock, beats the heartbeat and makes the call.
 """
 
-import dataclasses
 import logging
 import uuid
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from jobs.admission import (
     check_against_price_table,
     check_budgets_not_spent,
     idempotency_key_hash,
-    mode_for,
+    policy_defaults,
 )
 from jobs.cancellation import cancel_signal_on_commit
 from jobs.dead_letter import DeadLetter, dead_letter_attach
@@ -93,6 +92,7 @@ __all__ = [
     "job_requeue",
     "job_rq_options",
     "job_run_in_real_time",
+    "job_undefer",
     "job_submit",
 ]
 
@@ -240,8 +240,7 @@ def job_submit(
     check_against_price_table(model=request.model, max_tokens=request.max_tokens, kind=request.kind)
     check_budgets_not_spent(feature=request.feature, user=user, api_key_id=api_key_id)
     fingerprint = request.fingerprint()
-    mode = mode_for(feature=request.feature, model=request.model, asked=request.mode)
-    request = dataclasses.replace(request, mode=mode)
+    request = policy_defaults(request)
 
     key_hash = None
     if idempotency_key:
@@ -1041,4 +1040,22 @@ def job_batch_superseded(
     entry = cost_entry_record_attempt(job=job, attempt=attempt, record=record)
     if entry.cost_usd:
         LlmJob.objects.filter(id=job.id).update(cost_usd=F("cost_usd") + entry.cost_usd)
+    return job
+
+
+@transaction.atomic
+def job_undefer(*, job_id: uuid.UUID, reason: str) -> LlmJob | None:
+    """A waiting deferred job runs in real time instead, now: its deadline is too near for a
+    provider batch. No attempt was sent; the status does not change. None when it moved on."""
+    job = LlmJob.objects.select_for_update().get(id=job_id)
+    if job.status not in LlmJob.WAITING_STATUSES or job.mode != LlmJob.Mode.DEFERRED:
+        return None
+    job.mode = LlmJob.Mode.REALTIME
+    fields = ["mode"]
+    if job.status == LlmJob.Status.RETRYING:
+        job.next_attempt_at = timezone.now()
+        fields.append("next_attempt_at")
+    job.save(update_fields=fields)
+    logger.info("job %s runs in real time: %s", job.id, reason, extra={"job_id": str(job.id)})
+    job_enqueue(job=job)
     return job

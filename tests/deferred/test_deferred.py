@@ -255,3 +255,64 @@ def test_a_feature_policy_makes_its_jobs_deferred(
         format="json",
     )  # fmt: skip
     assert bad.status_code == 400 and bad.json()["code"] == "invalid_mode"
+
+
+def test_a_feature_deferred_with_an_hour_deadline_halves_its_cost_and_meets_it(
+    workers, fake_provider, deferred_settings, alice_client
+):
+    from rest_framework.test import APIClient
+
+    from keys.testing import api_key_for
+    from tests.conftest import make_user
+
+    staff = APIClient()
+    staff.credentials(
+        HTTP_AUTHORIZATION="Bearer "
+        + api_key_for(make_user("ops", "change_featurepolicy", is_staff=True))
+    )
+    response = staff.put(
+        "/api/v1/features/nightly-summary/",
+        {"mode": "deferred", "deadline_seconds": 3600},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    assert (response.json()["mode"], response.json()["deadline_seconds"]) == ("deferred", 3600)
+    _batch_faults(fake_provider, batch_processing_seconds=0.5)
+    before = timezone.now()
+    jobs = [submit(alice_client, model=MODEL, feature="nightly-summary") for _ in range(5)]
+    for job in jobs:
+        assert job.mode == "deferred"
+        assert timedelta(seconds=3599) <= job.deadline - before <= timedelta(seconds=3601)
+    _run_until_settled(workers, jobs=jobs, seconds=60)
+    report = alice_client.get("/api/v1/costs/", {"group_by": "feature"}).json()
+    (row,) = report["rows"]
+    # Half price: what it saved equals what it paid.
+    assert Decimal(row["batch_saved_usd"]) == pytest.approx(Decimal(row["cost_usd"]), abs=1e-5)
+    for job in LlmJob.objects.filter(id__in=[j.id for j in jobs]):
+        assert job.status == "completed" and job.completed_at <= job.deadline
+    assert fake_provider.stats()["requests"] == 0
+
+
+def test_a_deferred_job_whose_deadline_is_too_near_for_a_batch_runs_in_real_time_at_once(
+    alice_client, workers, fake_provider, deferred_settings
+):
+    job = submit(alice_client, model=MODEL, mode="deferred", deadline_seconds=300)
+    deferred_pass()
+    job.refresh_from_db()
+    assert job.mode == "realtime" and job.provider_batch_id is None
+    assert not ProviderBatch.objects.exists()
+    workers.drain()
+    job.refresh_from_db()
+    assert job.status == "completed" and job.attempts == 1
+    assert not CostEntry.objects.get(job=job).is_batch
+
+
+def test_a_deferred_job_past_its_deadline_is_never_sent(
+    alice_client, workers, fake_provider, deferred_settings
+):
+    job = submit(alice_client, model=MODEL, mode="deferred", deadline_seconds=3600)
+    LlmJob.objects.filter(id=job.id).update(deadline=timezone.now() - timedelta(seconds=1))
+    deferred_pass()
+    job.refresh_from_db()
+    assert (job.status, job.error_code, job.attempts) == ("failed", "deadline_exceeded", 0)
+    assert not ProviderBatch.objects.exists() and not CostEntry.objects.exists()
