@@ -217,6 +217,17 @@ def _send(
     try:
         info = batch_create(provider_name=provider, requests=sent)
     except BatchApiError as error:
+        if error.outcome_unknown:
+            # It may have been created (a timeout, a dropped answer): never sent twice. The
+            # batch stays unsent, and ``_recover_unsent`` books its attempts as of unknown
+            # outcome once it is old enough.
+            logger.warning(
+                "provider batch of %s %s jobs: create of unknown outcome (%s)",
+                len(sent),
+                model,
+                error,
+            )
+            return
         logger.warning(
             "provider batch of %s %s jobs not created (%s): their attempts fail",
             len(sent),

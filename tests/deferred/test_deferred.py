@@ -316,3 +316,49 @@ def test_a_deferred_job_past_its_deadline_is_never_sent(
     job.refresh_from_db()
     assert (job.status, job.error_code, job.attempts) == ("failed", "deadline_exceeded", 0)
     assert not ProviderBatch.objects.exists() and not CostEntry.objects.exists()
+
+
+def test_a_create_of_unknown_outcome_is_never_repeated_and_its_attempts_are_booked_as_unknown(
+    alice_client, workers, fake_provider, deferred_settings, settings
+):
+    """The provider drops the create's answer: the batch may exist, so it is not sent again;
+    after five minutes its jobs' attempts are booked as of unknown outcome (at their upper
+    bound, the bill may come) and retried in a new batch."""
+    from tests.providers.test_message_batches import peer
+
+    jobs = [submit(alice_client, model=MODEL, mode="deferred") for _ in range(3)]
+    with peer("drop", settings) as server:
+        deferred_pass()
+        deferred_pass()
+    assert len(server.keys) == 1  # one create, never repeated
+    batch = ProviderBatch.objects.get()
+    assert batch.status == "unsent"
+    assert {j.status for j in LlmJob.objects.filter(id__in=[j.id for j in jobs])} == {"running"}
+    ProviderBatch.objects.filter(id=batch.id).update(
+        created_at=timezone.now() - timedelta(seconds=301)
+    )
+    settings.ANTHROPIC_BASE_URL = fake_provider.url
+    _batch_faults(fake_provider, batch_processing_seconds=0.2)
+    _run_until_settled(workers, jobs=jobs, seconds=60)
+    for job in LlmJob.objects.filter(id__in=[j.id for j in jobs]):
+        rows = list(CostEntry.objects.filter(job=job).order_by("attempt"))
+        assert [r.outcome for r in rows] == ["unknown_outcome", "success"], rows
+        assert rows[0].is_estimated and rows[0].cost_usd > 0 and rows[1].is_batch
+        assert job.status == "completed"
+
+
+def test_a_provider_outage_leaves_the_batch_waiting_and_the_next_pass_books_it(
+    alice_client, workers, fake_provider, deferred_settings, settings
+):
+    _batch_faults(fake_provider, batch_processing_seconds=0.2)
+    jobs = [submit(alice_client, model=MODEL, mode="deferred") for _ in range(3)]
+    deferred_pass()
+    time.sleep(0.5)
+    closed = "http://127.0.0.1:9"  # nothing listens: every read fails before it is sent
+    settings.ANTHROPIC_BASE_URL = closed
+    report = deferred_pass()  # the poll fails; the pass goes on and says nothing was booked
+    assert report.results_booked == 0
+    assert ProviderBatch.objects.get().status == "in_progress"
+    settings.ANTHROPIC_BASE_URL = fake_provider.url
+    _run_until_settled(workers, jobs=jobs, seconds=30)
+    assert CostEntry.objects.filter(is_batch=True, outcome="success").count() == 3
