@@ -43,6 +43,7 @@ HEADERS = {
     "cache_read_tokens": "Cache reads",
     "cost_usd": "Cost (USD)",
     "failures": "Failures (DLQ)",
+    "batch_saved_usd": "Saved by deferred work (USD)",
 }
 """The page's column headings; the CSV keeps the snake_case names, which scripts read."""
 

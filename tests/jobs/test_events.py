@@ -102,6 +102,8 @@ def test_it_streams_submit_retry_and_completion_in_order(
         "cost_usd",
         "next_attempt_at",
         "error",
+        "mode",
+        "provider_batch",
     }
 
 

@@ -159,6 +159,7 @@ def expected_report(
             "tokens": dict.fromkeys(TOKENS, 0),
             "cost": Decimal(0),
             "failures": 0,
+            "saved": Decimal(0),
         }
 
     groups: dict[str, dict[str, Any]] = {}
@@ -172,6 +173,7 @@ def expected_report(
             for kind, column in TOKENS.items():
                 figures["tokens"][kind] += getattr(row, column)
             figures["cost"] += row.cost_usd
+            figures["saved"] += row.batch_saved_usd
     for record in ledger.failures:
         if not (since <= record.created_at < until and keep(record.job)):
             continue
@@ -185,6 +187,7 @@ def expected_report(
             "tokens": figures["tokens"],
             "cost_usd": f"{figures['cost']:.6f}",
             "failures": figures["failures"],
+            "batch_saved_usd": f"{figures['saved']:.6f}",
         }
 
     rows = [{"key": name, **shape(figures)} for name, figures in groups.items()]

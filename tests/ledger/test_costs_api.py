@@ -71,6 +71,7 @@ def test_it_counts_a_correction_in_cost_and_tokens_but_not_as_an_attempt(
             },
             "cost_usd": "0.002500",
             "failures": 1,
+            "batch_saved_usd": "0.000000",
         }
     ]
 
@@ -181,6 +182,7 @@ def test_it_includes_since_and_excludes_until(staff_client: APIClient, ledger: L
         },
         "cost_usd": "-0.009500",
         "failures": 0,
+        "batch_saved_usd": "0.000000",
     }
 
 
@@ -204,6 +206,7 @@ def test_it_reads_a_date_until_as_the_whole_day(staff_client: APIClient, ledger:
             },
             "cost_usd": "1.000000",
             "failures": 1,
+            "batch_saved_usd": "0.000000",
         }
     ]
 

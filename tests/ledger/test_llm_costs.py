@@ -31,6 +31,7 @@ def figures(row: dict[str, Any]) -> list[str]:
         *(str(tokens[kind]) for kind in tokens),
         row["cost_usd"],
         str(row["failures"]),
+        row["batch_saved_usd"],
     ]
 
 
@@ -50,13 +51,16 @@ def test_it_prints_an_aligned_table_with_a_totals_line(ledger: Ledger) -> None:
         "cache_read_tokens",
         "cost_usd",
         "failures",
+        "batch_saved_usd",
     ]
     assert rule == rule_again and set(rule) == {"-", " "}
     # Numbers are right-aligned: every line ends in the same column.
     assert {len(line) for line in [header, rule, *rows, totals]} == {len(rule)}
     # By cost: summarize (0.0043) before classify (0.0025).
     assert [row.split()[0] for row in rows] == ["summarize", "classify"]
-    assert totals.split() == ["TOTAL", "3", "4", "1500", "300", "5", "10", "50", "0.006800", "1"]
+    assert totals.split() == [
+        "TOTAL", "3", "4", "1500", "300", "5", "10", "50", "0.006800", "1", "0.000000"
+    ]  # fmt: skip
 
 
 def test_it_prints_the_figures_of_the_ledger_as_csv(ledger: Ledger) -> None:
@@ -80,8 +84,8 @@ def test_it_filters_by_user_model_and_feature(ledger: Ledger, bob: Any) -> None:
     )  # fmt: skip
 
     assert list(csv.reader(io.StringIO(text)))[1:] == [
-        ["claude-haiku-4-5", "1", "1", "7", "0", "0", "0", "0", "1.000000", "1"],
-        ["TOTAL", "1", "1", "7", "0", "0", "0", "0", "1.000000", "1"],
+        ["claude-haiku-4-5", "1", "1", "7", "0", "0", "0", "0", "1.000000", "1", "0.000000"],
+        ["TOTAL", "1", "1", "7", "0", "0", "0", "0", "1.000000", "1", "0.000000"],
     ]
 
 
@@ -89,7 +93,9 @@ def test_it_prints_an_empty_report_with_zero_totals(db: None) -> None:
     text = llm_costs("--by", "user")
 
     *_, rule, totals = text.rstrip("\n").split("\n")
-    assert totals.split() == ["TOTAL", "0", "0", "0", "0", "0", "0", "0", "0.000000", "0"]
+    assert totals.split() == [
+        "TOTAL", "0", "0", "0", "0", "0", "0", "0", "0.000000", "0", "0.000000"
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
