@@ -14,6 +14,7 @@ mysql://root@127.0.0.1:3306/llmops_bench_deferred, recreated) and Redis index 12
 submit to the last completion, the ledger, the fake's bill and the cost per 1,000 jobs, then
 the ratio of the costs; asserts nothing but completeness (every job completed, the ledger
 within rounding of the bill: each ledger row rounds half-up to the micro-dollar).
+BENCH_DEFERRED_LOG_DIR keeps the processes' logs there (default: a temporary directory).
 """
 
 import os
