@@ -7,7 +7,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 # pytest-xdist workers for make test (each its own test database and Redis index, tests/parallel.py).
 TEST_WORKERS ?= 5
 
-.PHONY: run token test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming bench-embeddings chaos clean
+.PHONY: run token test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming bench-embeddings bench-deferred chaos clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -133,6 +133,12 @@ bench-batch: dev-venv services
 # Procfile's llm workers against the fake provider's Embeddings API, read every vector back).
 bench-embeddings: dev-venv services
 	$(BIN)/python bench/embeddings.py
+
+# The cost and completion time of 10,000 deferred summaries (the deferred process, provider
+# message batches at the batch price, the provider's processing simulated by the fake) against
+# the same 10,000 in real time on the Procfile's llm workers (its own database).
+bench-deferred: dev-venv services
+	$(BIN)/python bench/deferred.py
 
 # Streaming's cost: the streamed provider call next to the old non-streaming one (CPU per call,
 # calls/s, 256 and 4,000 output tokens), then 200 jobs streaming at once through the Procfile's
