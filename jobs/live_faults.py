@@ -62,7 +62,8 @@ FAULTS: dict[str, Fault] = {
     "529": Fault(
         "529 storm",
         "Overloaded twice: retries after about 15 s and about 60 s (overloads last minutes), "
-        "then succeeds: 3 attempts.",
+        "then succeeds: 3 attempts. With a fallback model in the feature's policy, the job "
+        "moves there right after the second 529 (served_by shows it).",
         ("529", "529", "ok"),
     ),
     "400": Fault(

@@ -12,4 +12,7 @@ class Command(LoopCommand):
 
     def run_pass(self) -> str:
         report = deferred_pass()
-        return f"deferred: {report}" if report.changed or not self.looping else ""
+        # Under --loop the line is prefixed with the loop's name already.
+        if self.looping:
+            return str(report) if report.changed else ""
+        return f"deferred: {report}"
