@@ -362,3 +362,30 @@ def test_a_provider_outage_leaves_the_batch_waiting_and_the_next_pass_books_it(
     settings.ANTHROPIC_BASE_URL = fake_provider.url
     _run_until_settled(workers, jobs=jobs, seconds=30)
     assert CostEntry.objects.filter(is_batch=True, outcome="success").count() == 3
+
+
+def test_a_pass_cut_off_while_booking_books_each_result_once_when_it_runs_again(
+    alice_client, workers, fake_provider, deferred_settings
+):
+    _batch_faults(fake_provider, batch_processing_seconds=0.2)
+    jobs = [submit(alice_client, model=MODEL, mode="deferred") for _ in range(4)]
+    deferred_pass()
+    time.sleep(0.5)
+    batch = ProviderBatch.objects.get()
+    first = ProviderBatchItem.objects.filter(batch=batch).order_by("id").first()
+    # As if the loop died after booking one result: the batch ended, three items unbooked.
+    from deferred.services import _book_one
+    from providers.message_batches import batch_results
+
+    ProviderBatch.objects.filter(id=batch.id).update(status="ended")
+    for result in batch_results(provider_name="anthropic", batch_id=batch.provider_batch_id):
+        if result.custom_id == str(first.job_id):
+            assert _book_one(batch, result) == 0
+    assert CostEntry.objects.count() == 1
+    deferred_pass()  # the next pass reads every result again and books the three others once
+    assert CostEntry.objects.count() == 4
+    assert ProviderBatchItem.objects.filter(booked_at__isnull=True).count() == 0
+    assert LlmJob.objects.filter(id__in=[j.id for j in jobs], status="completed").count() == 4
+    ledger = sum(CostEntry.objects.values_list("cost_usd", flat=True), Decimal(0))
+    bill = Decimal(str(_bill(fake_provider)["batch_cost_usd"]))
+    assert abs(ledger - bill) <= Decimal("0.000002")
