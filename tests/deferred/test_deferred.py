@@ -374,13 +374,13 @@ def test_a_pass_cut_off_while_booking_books_each_result_once_when_it_runs_again(
     batch = ProviderBatch.objects.get()
     first = ProviderBatchItem.objects.filter(batch=batch).order_by("id").first()
     # As if the loop died after booking one result: the batch ended, three items unbooked.
-    from deferred.services import _book_one
+    from deferred.booking import book_one
     from providers.message_batches import batch_results
 
     ProviderBatch.objects.filter(id=batch.id).update(status="ended")
     for result in batch_results(provider_name="anthropic", batch_id=batch.provider_batch_id):
         if result.custom_id == str(first.job_id):
-            assert _book_one(batch, result) == 0
+            assert book_one(batch, result) == 0
     assert CostEntry.objects.count() == 1
     deferred_pass()  # the next pass reads every result again and books the three others once
     assert CostEntry.objects.count() == 4
