@@ -9,7 +9,11 @@ from django.http import HttpRequest
 
 from api.errors import ApplicationError
 from features.models import FeaturePolicy
-from features.services import feature_policy_update, validate_fallback_models
+from features.services import (
+    feature_policy_update,
+    validate_fallback_models,
+    validate_policy_deadline,
+)
 
 
 class FeaturePolicyForm(forms.ModelForm):
@@ -27,6 +31,12 @@ class FeaturePolicyForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk:
             self.initial["fallback_models"] = "\n".join(self.instance.fallback_models or [])
+
+    def clean_deadline_seconds(self) -> int | None:
+        try:
+            return validate_policy_deadline(self.cleaned_data.get("deadline_seconds"))
+        except ApplicationError as error:
+            raise forms.ValidationError(error.message) from error
 
     def clean_fallback_models(self) -> list[str]:
         raw = self.cleaned_data.get("fallback_models") or ""

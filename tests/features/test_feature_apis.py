@@ -132,6 +132,12 @@ def test_the_admin_form_checks_the_models_as_the_api_does(db):
     assert response.status_code == 200 and b"Did you mean" in response.content
     assert not FeaturePolicy.objects.exists()
     response = client.post(
+        add, {"feature": "summaries", "fallback_models": "", "mode": "deferred",
+              "deadline_seconds": "99999999"},
+    )  # fmt: skip
+    assert response.status_code == 200 and b"deadline_seconds must be between" in response.content
+    assert not FeaturePolicy.objects.exists()
+    response = client.post(
         add,
         {
             "feature": "summaries",
