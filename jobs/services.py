@@ -11,6 +11,13 @@
                                                      whose job_cancel_running ends it
     failed           -> queued                       job_requeue (the DLQ)
     queued|retrying  -> (put on the queue again)     job_enqueue / job_enqueue_again
+    queued|retrying  -> (on the feature's next model) job_fall_back (jobs/fallbacks.py decides;
+                                                     job_attempt_failed moves a failed attempt)
+    queued|retrying  -> running in a provider batch  job_batch_claim (deferred/ decides)
+    running (batch)  -> retrying in real time        job_run_in_real_time (expired, deadline)
+    running (batch)  -> cancelled                    job_cancel (at once: no stream to close)
+    (moved on)       -> a superseded batch row       job_batch_superseded (ledger only)
+    queued|retrying  -> (deferred to real time)      job_undefer (its deadline is too near)
 
 Each transition is one transaction that writes only the fields it changes, books the attempt in
 the ledger (``ledger/services.py``) when it ends one, and ends in ``transition_committed``: the
