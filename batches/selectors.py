@@ -81,7 +81,9 @@ def batch_list_for_user(
 
 def batch_jobs(*, batch: Batch, status: str | None = None) -> QuerySet[LlmJob]:
     """The batch's jobs, once each, in the order of their first item."""
-    jobs = LlmJob.objects.filter(batch_items__batch=batch, batch_items__runs_job=True)
+    jobs = LlmJob.objects.filter(
+        batch_items__batch=batch, batch_items__runs_job=True
+    ).select_related("provider_batch")  # a deferred job's provider batch id, no query per row
     if status:
         if status not in LlmJob.Status.values:
             raise ValidationFailed(

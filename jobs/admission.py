@@ -15,7 +15,7 @@ from api.errors import LimitExceeded, ValidationFailed
 from ledger.budgets import budgets_exhausted_for
 from ledger.models import ModelPrice
 from ledger.selectors import price_for_model, unknown_model_error
-from providers.selectors import provider_row
+from providers.selectors import provider_name_for_model, provider_row
 
 if TYPE_CHECKING:
     from jobs.validation import JobRequest
@@ -131,9 +131,8 @@ def policy_defaults(request: "JobRequest", *, memo: dict[Any, Any] | None = None
 def _runnable_mode(*, model: str, mode: str) -> str:
     """A deferred job of a provider without a Message Batches API (an OpenAI-compatible one)
     runs in real time."""
-    if mode == "deferred":
-        price = price_for_model(model=model)
-        row = provider_row(name=price.provider_name) if price is not None else None
-        if row is not None and row.kind != "anthropic":
-            return "realtime"
+    from providers.message_batches import batches_supported
+
+    if mode == "deferred" and not batches_supported(provider_name_for_model(model=model)):
+        return "realtime"
     return mode

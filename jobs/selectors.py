@@ -14,7 +14,8 @@ from jobs.tags import validate_tag_filter
 
 def job_get_for_user(*, user: User, job_id: UUID) -> LlmJob:
     """A user's own job; another user's job is indistinguishable from a missing one."""
-    job = LlmJob.objects.filter(user=user, id=job_id).first()
+    # With its provider batch: the body shows the batch's provider id.
+    job = LlmJob.objects.select_related("provider_batch").filter(user=user, id=job_id).first()
     if job is None:
         raise NotFound("No such job.", code="job_not_found")
     return job
@@ -24,7 +25,12 @@ def job_list_for_user(
     *, user: User, status: str | None = None, feature: str | None = None, tag: str | None = None
 ) -> QuerySet[LlmJob]:
     # The list shows output and usage, never the request: leave its large columns unread.
-    jobs = LlmJob.objects.filter(user=user).defer(*LlmJob.REQUEST_FIELDS)
+    # The provider batch of a deferred job in the same query: no query per row for its id.
+    jobs = (
+        LlmJob.objects.filter(user=user)
+        .select_related("provider_batch")
+        .defer(*LlmJob.REQUEST_FIELDS)
+    )
     if status:
         if status not in LlmJob.Status.values:
             raise ValidationFailed(
