@@ -98,6 +98,16 @@ def _text_so_far(job_id: uuid.UUID) -> tuple[int, str] | None:
     return None
 
 
+@database_sync_to_async
+def _final_event(job_id: uuid.UUID) -> dict[str, Any] | None:
+    """The ``job.updated`` event of a job that has ended, or None: a socket that resumes after
+    the job's end missed that event (published before it joined the group)."""
+    from jobs.events import event_for
+
+    job = LlmJob.objects.filter(id=job_id).first()
+    return event_for(job) if job is not None and job.is_final else None
+
+
 def _parse_uuid(value: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(value)
@@ -187,8 +197,9 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def _catch_up(self) -> None:
         """``?job=<id>&offset=<n>``: first the text from ``n`` that the client missed (the
-        running attempt's partial text, or a finished job's output), as one ``job.delta``; the
-        live deltas after it are trimmed to what the client does not have. The group was joined
+        running attempt's partial text, or a finished job's output), as one ``job.delta``, and a
+        finished job's ``job.updated``; the live deltas after it are trimmed to what the client
+        does not have. The group was joined
         first and the text is appended before each delta is published (jobs/live_output.py), so
         nothing falls between the two."""
         query = parse_qs(self.scope.get("query_string", b"").decode())
@@ -211,6 +222,10 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
                     "text": text[offset:],
                 }
             )
+        # A job that ended before this socket joined: its end too, after its text.
+        final = await _final_event(job_id)
+        if final is not None:
+            await self._queue(final)
 
     async def job_delta(self, message: dict[str, Any]) -> None:
         """A streaming job's text (jobs/live_output.py): only what this socket has not had yet

@@ -336,3 +336,37 @@ def test_a_stream_far_longer_than_the_stale_threshold_is_never_taken_over(
     (call,) = billing(slow_stream)
     assert call["how"] == "answered" and call["output_tokens"] == 10_000
     assert [r.outcome for r in entries(job)] == ["success"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("prices")
+def test_a_socket_resuming_after_the_job_ended_gets_the_rest_of_its_text_and_its_end(
+    alice, alice_client, workers
+):
+    """The job ends between two sockets (a client that reconnects a moment too late): the new
+    one gets the text from its offset and the job's final state, which was published before it
+    joined and would otherwise never come."""
+    job = submit(alice_client)
+    workers.drain()
+    job.refresh_from_db()
+    assert job.status == "completed" and len(job.output_text) > 5
+    events: list[dict[str, Any]] = []
+    key = api_key_for(alice)
+
+    async def listen() -> None:
+        comm = communicator(f"/ws/jobs/?job={job.id}&offset=5", key=key)
+        connected, _ = await comm.connect()
+        assert connected
+        events.append(await comm.receive_json_from(timeout=5))
+        events.append(await comm.receive_json_from(timeout=5))
+        await comm.disconnect()
+
+    async_to_sync(listen)()
+    delta, update = events
+    assert (delta["type"], delta["offset"], delta["text"]) == (
+        "job.delta",
+        5,
+        job.output_text[5:],
+    )
+    assert update["type"] == "job.updated" and update["job"]["status"] == "completed"
+    assert update["job"]["output"]["text"] == job.output_text
