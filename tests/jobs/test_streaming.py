@@ -206,11 +206,19 @@ def test_a_reconnect_with_an_offset_gets_every_character_exactly_once(
         what=f"the stream to start\n{processes.logs()}",
     )
     # A first socket from 0 (it gets the text so far in one delta), dropped after 6,000
-    # characters; a second one resumes from exactly there.
-    async_to_sync(listen)(0, 6000)
-    have = received[-1]["offset"] + len(received[-1]["text"])
-    first = len(received)
-    async_to_sync(listen)(have, None)
+    # characters; a second one resumes from exactly there. Both in one event loop: the channel
+    # layer's receive lock is bound to the loop that first used it, and a second loop's socket
+    # heard nothing (the test waited 20 s for an event under load).
+    marks: dict[str, int] = {}
+
+    async def drop_then_resume() -> None:
+        await listen(0, 6000)
+        marks["have"] = received[-1]["offset"] + len(received[-1]["text"])
+        marks["first"] = len(received)
+        await listen(marks["have"], None)
+
+    async_to_sync(drop_then_resume)()
+    have, first = marks["have"], marks["first"]
     job.refresh_from_db()
     assert job.status == "completed"
     text = ""
