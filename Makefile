@@ -7,7 +7,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 # pytest-xdist workers for make test (each its own test database and Redis index, tests/parallel.py).
 TEST_WORKERS ?= 5
 
-.PHONY: run token test lint typecheck venv dev-venv migrate services browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming bench-embeddings bench-deferred chaos clean
+.PHONY: run token test lint typecheck venv dev-venv migrate services system browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming bench-embeddings bench-deferred bench-gateway chaos chaos-mix cluster-drill clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -42,6 +42,11 @@ token: venv
 services:
 	./scripts/services.sh
 
+# The system packages (scripts/system-deps.sh): the venv's build installs them once; make test
+# checks them again on every run (haproxy for the load-balancer test came after many venvs).
+system:
+	./scripts/system-deps.sh
+
 browser:
 	./scripts/browser-deps.sh
 
@@ -54,9 +59,9 @@ lint: dev-venv
 	$(BIN)/ruff format --check .
 
 typecheck: dev-venv
-	$(BIN)/mypy llmops api runtime loops providers jobs ledger alerts dlq metrics fake_provider ops ratelimits batches pipelines agents chaos keys embeddings features deferred
+	$(BIN)/mypy llmops api runtime loops providers jobs ledger alerts dlq metrics fake_provider ops ratelimits batches pipelines agents chaos keys embeddings features deferred audit webhooks gateway
 
-test: dev-venv services browser tools lint typecheck
+test: dev-venv system services browser tools lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --maxschedchunk 1 $(PYTEST_ARGS)
 
@@ -73,6 +78,28 @@ chaos: venv services
 	mysql -h127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS \`$(lastword $(subst /, ,$(CHAOS_DATABASE_URL)))\` CHARACTER SET utf8mb4"
 	DATABASE_URL=$(CHAOS_DATABASE_URL) REDIS_URL=$(CHAOS_REDIS_URL) $(BIN)/python manage.py migrate --noinput -v0
 	DATABASE_URL=$(CHAOS_DATABASE_URL) REDIS_URL=$(CHAOS_REDIS_URL) $(BIN)/python manage.py llm_chaos $(CHAOS_ARGS)
+
+# The mixed drill (docs/operations.md#the-mixed-drill): every kind of work at once with seeded
+# faults, checked against the fake provider's bill; about five minutes, on the same database and
+# Redis index as make chaos. CHAOS_ARGS="--seed 123" replays a run's plan.
+chaos-mix: venv services
+	mysql -h127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS \`$(lastword $(subst /, ,$(CHAOS_DATABASE_URL)))\` CHARACTER SET utf8mb4"
+	DATABASE_URL=$(CHAOS_DATABASE_URL) REDIS_URL=$(CHAOS_REDIS_URL) $(BIN)/python manage.py migrate --noinput -v0
+	DATABASE_URL=$(CHAOS_DATABASE_URL) REDIS_URL=$(CHAOS_REDIS_URL) $(BIN)/python manage.py llm_chaos --mix $(CHAOS_ARGS)
+
+# The cluster drill (docs/deploy.md#the-cluster-drill): the hosts built on this machine with
+# network namespaces (as root), a worker host's database, Redis and every path frozen 70 s and
+# healed, then a worker host killed, with long calls in flight; checked against the fake
+# provider's own logs; last, the rate limiter at the provider's limit with workers on three
+# hosts. About fifteen minutes, on its own database (created and migrated if missing) and its
+# own Redis servers. CLUSTER_ARGS="--paths everything --no-kill" passes options on.
+CLUSTER_DATABASE_URL ?= mysql://root@127.0.0.1:3306/llmops_cluster
+# The sentinels the drill starts on its redis1-3 hosts (chaos/cluster/redis_hosts.py REDIS_URL).
+CLUSTER_REDIS_URL := redis+sentinel://10.77.0.11:26379,10.77.0.12:26379,10.77.0.13:26379/llmcd/0
+cluster-drill: venv services
+	mysql -h127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS \`$(lastword $(subst /, ,$(CLUSTER_DATABASE_URL)))\` CHARACTER SET utf8mb4"
+	DATABASE_URL=$(CLUSTER_DATABASE_URL) REDIS_URL=$(CHAOS_REDIS_URL) $(BIN)/python manage.py migrate --noinput -v0
+	DATABASE_URL=$(CLUSTER_DATABASE_URL) REDIS_URL=$(CLUSTER_REDIS_URL) $(BIN)/python manage.py llm_cluster_drill $(CLUSTER_ARGS)
 
 bench: dev-venv services
 	$(BIN)/python bench/throughput.py
@@ -147,3 +174,10 @@ bench-deferred: dev-venv services
 # database).
 bench-streaming: dev-venv services
 	$(BIN)/python bench/streaming.py
+
+# The race with LiteLLM (issue 40): llmops's Anthropic and OpenAI doors and LiteLLM's proxy (its
+# own virtualenv, installed on first use; no database) against the same fake provider, streaming
+# and not: added latency at one client, calls/s at 64 clients with a 1 s provider, memory (its
+# own database and Redis index 6).
+bench-gateway: dev-venv services
+	$(BIN)/python bench/gateway.py

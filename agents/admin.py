@@ -6,10 +6,12 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
+from agents.control import agent_run_cancel, agent_step_decide
 from agents.models import AgentRun, AgentStep, DemoEmail
-from agents.services import agent_run_cancel, agent_step_decide
 from api.errors import ApplicationError
 from llmops.admin import ReadOnlyAdmin
+from webhooks.admin import deliveries_cell
+from webhooks.models import Subject
 
 
 class AgentStepInline(admin.TabularInline):
@@ -97,6 +99,12 @@ class AgentRunAdmin(ReadOnlyAdmin):
     inlines = [AgentStepInline]
     actions = ["approve_calls", "reject_calls", "cancel_runs"]
     exclude = ["idempotency_key_hash"]
+    readonly_fields = ["webhooks"]
+
+    @admin.display(description="webhooks")
+    def webhooks(self, run: AgentRun) -> str:
+        """Its final state POSTed to its callback_url, linked to the delivery log."""
+        return deliveries_cell(subject_kind=Subject.AGENT_RUN, subject_id=run.id)
 
     @admin.action(description="Approve their waiting tool calls", permissions=["approve"])
     def approve_calls(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:

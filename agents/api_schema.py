@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from agents.models import AgentRun
 from agents.validation import DEFAULT_MAX_TURNS, MAX_TURNS
+from webhooks.validation import MAX_CALLBACK_URL_LENGTH
 
 __all__ = [
     "SUBMIT_EXAMPLE",
@@ -38,7 +39,8 @@ class AgentRunSubmitSerializer(serializers.Serializer):
         max_digits=16,
         decimal_places=6,
         coerce_to_string=True,
-        help_text="A turn whose worst case would pass it is not sent (`budget_exceeded`).",
+        help_text="No turn, nor any attempt of a turn (a retry, a fallback), starts whose worst "
+        "case would pass it (`max_cost_exceeded`).",
     )
     metadata = serializers.DictField(required=False)
     deadline = serializers.DateTimeField(
@@ -56,6 +58,14 @@ class AgentRunSubmitSerializer(serializers.Serializer):
         allow_null=True,
         max_length=10,
         help_text="Slugs (lowercased), on the run and every turn's job.",
+    )
+    callback_url = serializers.URLField(
+        required=False,
+        allow_null=True,
+        max_length=MAX_CALLBACK_URL_LENGTH,
+        help_text="http(s), no user or password in it: the run's final state (completed, failed, "
+        "cancelled) is POSTed there once, signed (`LLM-Signature`), retried until delivered "
+        "(else `invalid_callback_url`).",
     )
 
 

@@ -3,6 +3,7 @@ Registered by the default ``LLM_AGENT_TOOL_MODULES``; set it without this module
 """
 
 import ast
+import math
 import operator
 from datetime import UTC, datetime
 from typing import Any
@@ -23,20 +24,68 @@ _OPERATORS: dict[type, Any] = {
     ast.UAdd: operator.pos,
 }
 MAX_EXPRESSION = 200
+"""Characters in an expression (the input schema's ``maxLength``)."""
+MAX_NODES = 100
+"""Numbers and operators in an expression: more than a model's arithmetic needs, and a bound
+that holds when the tool is called without its schema."""
+MAX_INTEGER_BITS = 4096
+"""The largest integer any step may make (about 1,230 digits). Each step's size is estimated
+before it runs, because one big multiplication holds the GIL and cannot be stopped: the tool's
+timeout would only leave it behind, growing. At this size every step takes microseconds."""
+
+Number = int | float
 
 
-def _evaluate(node: ast.AST) -> float:
+def _too_large() -> ToolError:
+    return ToolError(
+        f"result too large (the calculator keeps integers within {MAX_INTEGER_BITS} bits and"
+        " floats finite)"
+    )
+
+
+def _checked(value: Any) -> Number:
+    if isinstance(value, complex):
+        raise ToolError("the result is not a real number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _too_large()
+    if isinstance(value, int) and value.bit_length() > MAX_INTEGER_BITS:
+        raise _too_large()
+    return value  # type: ignore[no-any-return]
+
+
+def _integer_bits_estimate(op: ast.operator, left: int, right: int) -> float:
+    """The bits of ``left op right`` give or take one, known without computing it (``_checked``
+    has the exact word on a result)."""
+    if isinstance(op, ast.Mult):
+        return left.bit_length() + right.bit_length() - 1
+    if isinstance(op, ast.Pow) and right > 0 and abs(left) > 1:
+        if right > MAX_INTEGER_BITS:  # |left| >= 2, so at least 2**right
+            return right
+        return right * math.log2(abs(left))
+    # + and - add one bit to operands already bounded; / // % make nothing larger; a negative
+    # power is a float.
+    return 0
+
+
+def _binary(op: ast.operator, left: Number, right: Number) -> Number:
+    if isinstance(left, int) and isinstance(right, int):
+        if _integer_bits_estimate(op, left, right) > MAX_INTEGER_BITS:
+            raise _too_large()
+    try:
+        return _checked(_OPERATORS[type(op)](left, right))
+    except OverflowError as exc:  # a float step, or an integer too large for a float
+        raise _too_large() from exc
+
+
+def _evaluate(node: ast.AST) -> Number:
     if isinstance(node, ast.Expression):
         return _evaluate(node.body)
     if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
         if isinstance(node.value, bool):
             raise ToolError("only numbers are allowed")
-        return node.value
+        return _checked(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        left, right = _evaluate(node.left), _evaluate(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > 100:
-            raise ToolError("exponent too large")
-        return _OPERATORS[type(node.op)](left, right)  # type: ignore[no-any-return]
+        return _binary(node.op, _evaluate(node.left), _evaluate(node.right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
         return _OPERATORS[type(node.op)](_evaluate(node.operand))  # type: ignore[no-any-return]
     raise ToolError("only numbers and + - * / // % ** ( ) are allowed")
@@ -53,10 +102,14 @@ def _evaluate(node: ast.AST) -> float:
     timeout=5,
 )
 def calculator(*, expression: str) -> str:
+    if len(expression) > MAX_EXPRESSION:
+        raise ToolError(f"expression longer than {MAX_EXPRESSION} characters")
     try:
         tree = ast.parse(expression, mode="eval")
     except SyntaxError as exc:
         raise ToolError(f"not an expression: {exc.msg}") from exc
+    if sum(isinstance(node, ast.expr) for node in ast.walk(tree)) > MAX_NODES:
+        raise ToolError(f"expression has more than {MAX_NODES} numbers and operators")
     try:
         value = _evaluate(tree)
     except ZeroDivisionError as exc:
@@ -99,7 +152,10 @@ def clock(*, timezone: str) -> dict[str, str]:
     timeout=10,
 )
 def send_email(*, to: str, subject: str, body: str, call_id: str) -> str:
-    # The call id is the idempotency key: a call run again after a crash records one message.
+    # call_id is the idempotency key (the same on every attempt of this call): the call run
+    # again after its worker died mid-call, or two copies at once, record one message
+    # (DemoEmail.call_id is unique; get_or_create reads the winner's row). A real mailer passes
+    # it to its provider as the idempotency key, or records it in the transaction of the send.
     email, created = DemoEmail.objects.get_or_create(
         call_id=call_id, defaults={"to": to, "subject": subject, "body": body}
     )

@@ -2,8 +2,10 @@
 recorded on its own, then the next turn.
 
 Each call is claimed ``pending -> running`` by a conditional UPDATE (exactly one winner), then
-called outside any transaction, then recorded ``running -> completed`` for the attempt that
-claimed it, so every result is committed before anything further starts. A call whose worker
+called outside any transaction (in a child process of its own, killed at the tool's timeout:
+agents/tool_processes.py), then recorded ``running -> completed`` for the attempt that claimed
+it, so every result is committed before anything further starts; a call stopped at its timeout
+is recorded like any other, with its error, and never runs again. A call whose worker
 died mid-call keeps ``running`` until its lease (the tool's timeout, plus a margin) has lapsed;
 the reconciler's sweep (agents/sweep.py) then puts it back to ``pending`` and it runs again
 with the same ``call_id``: at least once for an interrupted call, exactly once for a completed
@@ -14,55 +16,18 @@ import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-import django_rq
 from django.conf import settings
 from django.db import connections
-from django.utils import timezone
-from redis.exceptions import RedisError
 
+from agents.enqueue import DEFAULT_TIMEOUT, LEASE_MARGIN_SECONDS
 from agents.models import AgentRun, AgentStep
 from agents.services import agent_run_advance, agent_step_claim, agent_step_record
 from agents.tools import registered_tool, tool_call
-from llmops.queues import AGENT_TOOLS_TASK, AGENTS_QUEUE, agent_tools_job_id
 from runtime.db_connections import release_connection
 
-__all__ = ["LEASE_MARGIN_SECONDS", "agent_tools_enqueue", "agent_tools_run"]
+__all__ = ["agent_tools_run"]
 
 logger = logging.getLogger(__name__)
-
-LEASE_MARGIN_SECONDS = 10.0
-"""Past its tool's timeout, a call's lease runs this much longer: the time to record it."""
-DEFAULT_TIMEOUT = 60.0
-TASK_TIMEOUT_MARGIN = 60
-"""The RQ job's timeout: every pending call's timeout in turn, plus this."""
-
-
-def agent_tools_enqueue(*, run_id: uuid.UUID) -> str | None:
-    """Put the run's tool task on the agents queue under a new RQ job id, which the run
-    keeps. Redis being down is logged, never raised: the sweep enqueues it again."""
-    rq_job_id = agent_tools_job_id(run_id, uuid.uuid4().hex[:12])
-    timeouts = [
-        (tool.timeout if (tool := registered_tool(name)) else DEFAULT_TIMEOUT)
-        for name in AgentStep.objects.filter(
-            run_id=run_id, kind=AgentStep.Kind.TOOL, status=AgentStep.Status.PENDING
-        ).values_list("name", flat=True)
-    ]
-    AgentRun.objects.filter(id=run_id).update(
-        tools_rq_job_id=rq_job_id, tools_enqueued_at=timezone.now()
-    )
-    try:
-        django_rq.get_queue(AGENTS_QUEUE).enqueue(
-            AGENT_TOOLS_TASK,
-            str(run_id),
-            job_id=rq_job_id,
-            job_timeout=int(sum(timeouts) + LEASE_MARGIN_SECONDS * len(timeouts))
-            + TASK_TIMEOUT_MARGIN,
-            description=f"tool calls of agent run {run_id}",
-        )
-    except RedisError:
-        logger.exception("agent run %s: its tool task could not be enqueued", run_id)
-        return None
-    return rq_job_id
 
 
 def _run_one(step_id: int) -> bool:
@@ -76,12 +41,14 @@ def _run_one(step_id: int) -> bool:
     release_connection()  # none held while the tool runs (a threaded worker's slots)
     outcome = tool_call(name=step.name, tool_input=step.input, call_id=step.call_id)
     recorded = agent_step_record(step_id=step.id, attempt=step.attempts, outcome=outcome)
-    logger.info(
+    ended = "failed" if outcome.is_error else "completed"
+    logger.log(
+        logging.WARNING if outcome.stopped else logging.INFO,
         "agent run %s: tool %s (%s) %s%s",
         step.run_id,
         step.name,
         step.call_id,
-        "failed" if outcome.is_error else "completed",
+        "stopped at its timeout" if outcome.stopped else ended,
         "" if recorded else " (not recorded: its lease had lapsed)",
         extra={"agent_run_id": str(step.run_id)},
     )

@@ -4,8 +4,8 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 
 from agents.models import AgentRun, AgentStep
-from api.errors import NotFound, ValidationFailed
-from jobs.tags import validate_tag_filter
+from api.errors import NotFound
+from api.runs import RunFilters, filter_runs
 
 __all__ = ["agent_run_get_for_user", "agent_run_list_for_user", "agent_run_steps"]
 
@@ -36,24 +36,13 @@ def agent_run_steps(*, run: AgentRun) -> list[AgentStep]:
     return list(AgentStep.objects.filter(run=run).order_by("index"))
 
 
-def agent_run_list_for_user(
-    *, user: User, status: str | None = None, tag: str | None = None
-) -> QuerySet[AgentRun]:
-    """The user's own runs, newest first; every run for staff with ``agents.view_agentrun``;
-    with ``tag``, those carrying it."""
+def agent_run_list_for_user(*, user: User, filters: RunFilters | None = None) -> QuerySet[AgentRun]:
+    """The user's own runs, newest first, by the shared list filters (api/runs.py); every run
+    for staff with ``agents.view_agentrun``."""
     runs = (
         AgentRun.objects.all()
         if _sees_all(user, "agents.view_agentrun")
         else AgentRun.objects.filter(user=user)
     )
-    if status:
-        if status not in AgentRun.Status.values:
-            raise ValidationFailed(
-                f"status must be one of {', '.join(AgentRun.Status.values)}.",
-                code="invalid_filter",
-                detail={"field": "status"},
-            )
-        runs = runs.filter(status=status)
-    if tag := validate_tag_filter(tag):
-        runs = runs.filter(tag_rows__tag=tag)
-    return runs.defer("messages", "system", "output").order_by("-created_at", "-id")
+    runs = runs.defer("messages", "system", "output")
+    return filter_runs(runs, filters or RunFilters(), statuses=AgentRun.Status.values)

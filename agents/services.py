@@ -33,26 +33,29 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from agents import events
+from agents.enqueue import agent_tools_enqueue
 from agents.models import AgentRun, AgentRunTag, AgentStep
+from agents.representation import agent_run_representation
 from agents.tools import ToolOutcome, registered_tool
 from agents.transcript import turn_messages, turn_messages_ref
 from agents.validation import MARKER_KEY, AgentRunRequest, validate_agent_run_request
-from api.errors import ApplicationError, Conflict, NotFound, ValidationFailed
+from api.errors import ApplicationError, Conflict, ValidationFailed
 from jobs.admission import idempotency_key_hash
 from jobs.deadlines import deadline_passed
 from jobs.models import LlmJob
-from jobs.services import job_cancel, job_submit
+from jobs.services import job_submit
 from jobs.transitions import Transition
 from ledger.pricing import upper_bound_cost
 from ledger.selectors import price_for_model
+from webhooks.models import Subject
+from webhooks.services import webhook_record_subscribed, webhook_subscribe
+from webhooks.signing_secrets import signer_for
 
 __all__ = [
     "agent_run_advance",
-    "agent_run_cancel",
     "agent_run_create",
     "agent_run_job_transition",
     "agent_step_claim",
-    "agent_step_decide",
     "agent_step_record",
     "agent_tools_enqueue_on_commit",
     "fail_run",
@@ -142,6 +145,13 @@ def _insert(
         request_fingerprint=fingerprint,
     )
     AgentRunTag.objects.bulk_create(AgentRunTag(run=run, tag=tag) for tag in request.tags)
+    if request.callback_url:
+        webhook_subscribe(
+            subject_kind=Subject.AGENT_RUN,
+            subject_id=run.id,
+            url=request.callback_url,
+            signer=signer_for(api_key_id=api_key_id, feature=run.feature),
+        )
     _submit_turn(run, steps=[], user=user, refuse=True)
     logger.info(
         "agent run %s created: %s tools, at most %s turns",
@@ -214,9 +224,9 @@ def _submit_turn(
         )
         if refuse:
             raise ValidationFailed(
-                message, code="budget_exceeded", detail={"field": "max_cost_usd"}
+                message, code="max_cost_exceeded", detail={"field": "max_cost_usd"}
             )
-        _fail(run, "budget_exceeded", message)
+        _fail(run, "max_cost_exceeded", message)
         return
     owner = user or User.objects.only("id").get(id=run.user_id)
     index = max((s.index for s in steps), default=-1) + 1
@@ -225,7 +235,13 @@ def _submit_turn(
     ref = turn_messages_ref(run=run, before_step=index, messages=body["messages"])
     try:
         job, _created = job_submit(
-            user=owner, data=body, messages_ref=ref, api_key_id=run.api_key_id
+            user=owner,
+            data=body,
+            messages_ref=ref,
+            api_key_id=run.api_key_id,
+            # The turn carries what the run has left: no attempt of it (a retry, a fallback to
+            # a pricier model) starts whose worst case does not fit (ledger/budgets.py).
+            max_cost_usd=None if run.max_cost_usd is None else run.max_cost_usd - run.cost_usd,
         )
     except ApplicationError as exc:
         if refuse:
@@ -289,6 +305,17 @@ def _finish(run: AgentRun, status: str, *, code: str = "", message: str = "") ->
     if stopped:
         logger.info("agent run %s: %s waiting tool calls cancelled", run.id, stopped)
     events.publish_run_on_commit(run)
+    # With the finish or not at all: its webhook, if the run has a callback URL.
+    webhook_record_subscribed(
+        subject_kind=Subject.AGENT_RUN,
+        subject_id=run.id,
+        event=f"agent_run.{status}",
+        payload=lambda: {
+            "type": f"agent_run.{status}",
+            # Read again in the transaction: what the API would answer once it commits.
+            "agent_run": agent_run_representation(AgentRun.objects.get(id=run.id)),
+        },
+    )
 
 
 def _steps(run: AgentRun) -> list[AgentStep]:
@@ -456,8 +483,6 @@ def _alert_approval(run: AgentRun, steps: list[AgentStep]) -> None:
 def agent_tools_enqueue_on_commit(run_id: uuid.UUID) -> None:
     """Put the run's tool task on the agents queue once the transaction commits. Redis being
     down never fails the caller: the reconciler's sweep enqueues it again (agents/sweep.py)."""
-    from agents.runner import agent_tools_enqueue
-
     transaction.on_commit(lambda: agent_tools_enqueue(run_id=run_id), robust=True)
 
 
@@ -520,117 +545,3 @@ def agent_run_advance(*, run_id: uuid.UUID) -> bool:
     run.cost_usd = _cost(run)
     _submit_turn(run, steps=steps)
     return True
-
-
-# --- Approval and cancel ------------------------------------------------------------------------
-
-
-@transaction.atomic
-def agent_step_decide(
-    *, run: AgentRun, call_id: str, approve: bool, reason: str, user: User
-) -> AgentRun:
-    """Approve (the tool runs) or reject (the model gets an error result with the reason) one
-    waiting tool call. Once no call waits, the run goes on."""
-    locked = AgentRun.objects.select_for_update().get(id=run.id)
-    step = AgentStep.objects.filter(run=locked, call_id=call_id, kind=AgentStep.Kind.TOOL).first()
-    if step is None:
-        raise NotFound("No such tool call in this run.", code="call_not_found")
-    if step.status != AgentStep.Status.WAITING_APPROVAL or (
-        locked.status != AgentRun.Status.WAITING_APPROVAL
-    ):
-        raise Conflict(
-            f"This call is {step.status}; the run is {locked.status}.",
-            code="not_waiting_approval",
-            detail={"status": step.status, "run_status": locked.status},
-        )
-    now = timezone.now()
-    step.approved_by = user
-    step.decision_reason = reason[:2000]
-    if approve:
-        step.status = AgentStep.Status.PENDING
-    else:
-        step.status = AgentStep.Status.COMPLETED
-        step.is_error = True
-        step.output = f"Rejected by a reviewer: {reason}" if reason else "Rejected by a reviewer."
-        step.started_at = step.finished_at = now
-    step.save(
-        update_fields=[
-            "status",
-            "approved_by",
-            "decision_reason",
-            "is_error",
-            "output",
-            "started_at",
-            "finished_at",
-        ]
-    )
-    events.publish_step_on_commit(locked, step)
-    logger.info(
-        "agent run %s: call %s (%s) %s by %s",
-        locked.id,
-        call_id,
-        step.name,
-        "approved" if approve else "rejected",
-        user.username,
-        extra={"agent_run_id": str(locked.id)},
-    )
-    steps = _steps(locked)
-    if any(s.status == AgentStep.Status.WAITING_APPROVAL for s in steps):
-        return locked
-    locked.status = AgentRun.Status.RUNNING
-    locked.waiting_since = None
-    if any(s.status == AgentStep.Status.PENDING for s in steps):
-        locked.tools_enqueued_at = now
-        locked.save(update_fields=["status", "waiting_since", "tools_enqueued_at", "updated_at"])
-        events.publish_run_on_commit(locked)
-        agent_tools_enqueue_on_commit(locked.id)
-    else:
-        locked.save(update_fields=["status", "waiting_since", "updated_at"])
-        events.publish_run_on_commit(locked)
-        locked.cost_usd = _cost(locked)
-        _submit_turn(locked, steps=steps)
-    return locked
-
-
-def _current_job(run_id: uuid.UUID) -> LlmJob | None:
-    step = (
-        AgentStep.objects.filter(run_id=run_id, kind=AgentStep.Kind.MODEL)
-        .select_related("job")
-        .order_by("-index")
-        .first()
-    )
-    return step.job if step is not None else None
-
-
-def agent_run_cancel(*, run: AgentRun) -> AgentRun:
-    """Cancel a run that has not ended: its turn's job is cancelled (a running one stops, as a
-    job's cancel does: its worker closes the stream and books what streamed), waiting tool
-    calls are cancelled and no further step starts. A tool call already running ends and is
-    recorded. A completed or cancelled run answers ``409 not_cancellable``."""
-    if run.status in AgentRun.FINAL_STATUSES:
-        raise _not_cancellable(run)
-    job = _current_job(run.id)
-    if job is not None and job.status in (*LlmJob.WAITING_STATUSES, LlmJob.Status.RUNNING):
-        try:
-            # Job first (its lock), then the run: as a job's transitions take them.
-            job_cancel(job=job, running=True)
-        except Conflict:
-            pass  # it ended meanwhile
-    with transaction.atomic():
-        locked = AgentRun.objects.select_for_update().get(id=run.id)
-        if locked.status == AgentRun.Status.CANCELLED:
-            return locked
-        if locked.status == AgentRun.Status.COMPLETED:
-            raise _not_cancellable(locked)
-        locked.cost_usd = _cost(locked)
-        _finish(locked, AgentRun.Status.CANCELLED, code="cancelled", message="Cancelled.")
-        logger.info("agent run %s cancelled", locked.id, extra={"agent_run_id": str(locked.id)})
-        return locked
-
-
-def _not_cancellable(run: AgentRun) -> Conflict:
-    return Conflict(
-        f"A {run.status} agent run cannot be cancelled.",
-        code="not_cancellable",
-        detail={"status": run.status},
-    )

@@ -23,8 +23,8 @@ from django.db import transaction
 from django.db.models import Max, OuterRef, Subquery
 from django.utils import timezone
 
+from agents.enqueue import agent_tools_enqueue
 from agents.models import AgentRun, AgentStep
-from agents.runner import agent_tools_enqueue
 from agents.services import agent_run_advance, fail_run
 from llmops.queues import AGENTS_QUEUE
 from runtime.rq_jobs import rq_job_is_alive, rq_jobs_abandoned, rq_jobs_fetch

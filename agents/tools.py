@@ -7,8 +7,11 @@ stops every manage.py command, ``rqworker`` included.
 
 A tool is called with its input's fields as keyword arguments, plus ``call_id`` (the model's
 ``tool_use`` id, the same on every retry) when it accepts one; it returns a string or any JSON
-value. ``tool_call`` turns everything that can go wrong (``ToolError``, any other exception,
-input that fails the schema, an unknown tool, a timeout) into an error result: the run goes on.
+value. Each call runs in a child process of its own, killed at the tool's timeout
+(agents/tool_processes.py): a call that timed out is no longer running. A tool whose side effect
+must happen once keys it on ``call_id`` (the demo ``send_email`` does). ``tool_call`` turns
+everything that can go wrong (``ToolError``, any other exception, input that fails the schema,
+an unknown tool, a timeout) into an error result: the run goes on.
 """
 
 import importlib
@@ -16,14 +19,14 @@ import inspect
 import json
 import logging
 import re
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from django.db import connections
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+
+from agents.tool_processes import call_in_child
 
 __all__ = [
     "AgentTool",
@@ -80,6 +83,8 @@ class ToolOutcome:
 
     output: str
     is_error: bool
+    stopped: bool = False
+    """Stopped at the tool's timeout: the call no longer runs."""
 
 
 _registry: dict[str, AgentTool] = {}
@@ -175,7 +180,8 @@ def _as_text(value: Any) -> str:
 
 
 def tool_call(*, name: str, tool_input: Any, call_id: str) -> ToolOutcome:
-    """Run one tool call to its end or its timeout; never raises."""
+    """Run one tool call in a child process of its own to its end, or stop it at its timeout;
+    never raises."""
     tool = _registry.get(name)
     if tool is None:
         return ToolOutcome(f"Unknown tool: {name}", True)
@@ -191,30 +197,34 @@ def tool_call(*, name: str, tool_input: Any, call_id: str) -> ToolOutcome:
     kwargs = dict(tool_input)
     if tool.accepts_call_id:
         kwargs["call_id"] = call_id
-    box: dict[str, Any] = {}
+    ended = call_in_child(lambda: _answer(tool, kwargs), timeout=tool.timeout)
+    if ended.timed_out:
+        return ToolOutcome(
+            f"Timed out after {tool.timeout:g} s: the call was stopped and is no longer running",
+            True,
+            stopped=True,
+        )
+    if ended.answer is None:
+        logger.warning("agent tool %s ended without a result (%s)", name, ended.how)
+        return ToolOutcome(f"The tool's process ended without a result ({ended.how})", True)
+    if ended.answer.get("raised"):
+        logger.warning("agent tool %s raised %s", name, ended.answer["raised"])
+    return ToolOutcome(ended.answer["output"], ended.answer["is_error"])
 
-    def call() -> None:
-        try:
-            box["value"] = tool.function(**kwargs)
-        except BaseException as exc:  # noqa: BLE001 (a tool's failure is the model's to see)
-            box["error"] = exc
-        finally:
-            connections.close_all()  # this thread's own connections, if the tool used any
 
-    # A daemon thread: a call past its timeout cannot be stopped, only left behind (the task's
-    # process ends it).
-    thread = threading.Thread(target=call, name=f"agent-tool-{name}", daemon=True)
-    thread.start()
-    thread.join(tool.timeout)
-    if thread.is_alive():
-        return ToolOutcome(f"Timed out after {tool.timeout:g} s", True)
-    if "error" in box:
-        error = box["error"]
-        if isinstance(error, ToolError):
-            return ToolOutcome(str(error) or "Tool error", True)
-        logger.warning("agent tool %s raised %r", name, error)
-        return ToolOutcome(f"{type(error).__name__}: {error}", True)
+def _answer(tool: AgentTool, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Call the tool (in the call's child process) and say what goes back to the model."""
     try:
-        return ToolOutcome(_as_text(box.get("value")), False)
+        value = tool.function(**kwargs)
+    except ToolError as error:
+        return {"output": str(error) or "Tool error", "is_error": True}
+    except BaseException as error:  # noqa: BLE001 (a tool's failure is the model's to see)
+        return {
+            "output": f"{type(error).__name__}: {error}",
+            "is_error": True,
+            "raised": repr(error),
+        }
+    try:
+        return {"output": _as_text(value), "is_error": False}
     except (TypeError, ValueError) as exc:
-        return ToolOutcome(f"The tool's result is not JSON: {exc}", True)
+        return {"output": f"The tool's result is not JSON: {exc}", "is_error": True}

@@ -19,6 +19,7 @@ from jobs.admission import check_against_price_table, check_budgets_not_spent
 from jobs.deadlines import DEADLINE_FIELDS, validate_deadline
 from jobs.tags import validate_tags
 from jobs.validation import validate_job_request
+from webhooks.validation import validate_callback_url
 
 __all__ = [
     "DEFAULT_MAX_TURNS",
@@ -39,6 +40,7 @@ ALLOWED_FIELDS = {
     "max_cost_usd",
     "metadata",
     "tags",
+    "callback_url",
     *DEADLINE_FIELDS,
 }
 DEFAULT_MAX_TURNS = 10
@@ -66,11 +68,13 @@ class AgentRunRequest:
     deadline_given: str | None = None
     """As submitted (``seconds:<n>`` or the ISO time): what the fingerprint keeps."""
     tags: list[str] = dataclass_field(default_factory=list)
+    callback_url: str = ""
+    """Its final state is POSTed there (webhooks/); empty: none."""
 
     def fingerprint(self) -> str:
         fields = {**self.__dict__, "max_cost_usd": str(self.max_cost_usd)}
         del fields["deadline"]
-        for later in ("deadline_given", "tags"):
+        for later in ("deadline_given", "tags", "callback_url"):
             if not fields[later]:
                 # Runs submitted before the field existed keep the fingerprint they were given.
                 del fields[later]
@@ -175,6 +179,7 @@ def validate_agent_run_request(
     check_budgets_not_spent(feature=request.feature, user=user, api_key_id=api_key_id)
     deadline, deadline_given = validate_deadline(data)
     tags = validate_tags(data.get("tags"))
+    callback_url = validate_callback_url(data.get("callback_url"))
     return AgentRunRequest(
         feature=request.feature,
         model=request.model,
@@ -188,4 +193,5 @@ def validate_agent_run_request(
         deadline=deadline,
         deadline_given=deadline_given,
         tags=tags,
+        callback_url=callback_url,
     )

@@ -5,7 +5,8 @@ Their errors never contain the target: it is a secret. (The settings keep the ``
 at WARNING for the same reason: its INFO lines carry the request URL.)
 """
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,10 +16,11 @@ from django.conf import settings
 from django.core.mail import get_connection, send_mail
 
 from alerts import targets
+from alerts.pinned_http import pinned_client
 from alerts.targets import scrub
 from llmops.queues import KEY_PREFIX
 
-__all__ = ["SENDERS", "AlertMessage", "DeliveryError", "post_callback", "send"]
+__all__ = ["SENDERS", "AlertMessage", "DeliveryError", "json_body", "post", "send"]
 
 # A 4xx other than these means the request or the destination is wrong (revoked Slack hook,
 # bad routing key): sending the same thing again cannot succeed.
@@ -56,21 +58,46 @@ class AlertMessage:
 
 
 class DeliveryError(Exception):
-    """A failed send; ``retryable`` is False when sending the same again cannot help."""
+    """A failed send; ``retryable`` is False when sending the same again cannot help;
+    ``status_code``: the destination's HTTP status, when it answered."""
 
-    def __init__(self, message: str, *, retryable: bool = True) -> None:
+    def __init__(
+        self, message: str, *, retryable: bool = True, status_code: int | None = None
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.status_code = status_code
 
 
-def _post_json(*, url: str, payload: dict[str, Any], user_agent: str = "llmops-alerts") -> None:
+def json_body(payload: Any) -> bytes:
+    """A JSON body as httpx's ``json=`` writes one (compact, UTF-8)."""
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8")
+
+
+def _post_json(*, url: str, payload: dict[str, Any]) -> None:
+    post(url=url, content=json_body(payload), headers={"User-Agent": "llmops-alerts"})
+
+
+def post(
+    *,
+    url: str,
+    content: bytes,
+    headers: dict[str, str],
+    timeout: float | None = None,
+    connect_to: Sequence[targets.IPAddress] | None = None,
+) -> None:
+    """POST ``content`` as JSON; with ``connect_to``, to those addresses only
+    (alerts/pinned_http.py). Raises DeliveryError, its message scrubbed of the URL."""
+    headers = {"Content-Type": "application/json", **headers}
+    if timeout is None:
+        timeout = settings.ALERT_DELIVERY_TIMEOUT
     try:
-        response = httpx.post(
-            url,
-            json=payload,
-            timeout=settings.ALERT_DELIVERY_TIMEOUT,
-            headers={"User-Agent": user_agent},
-        )
+        if connect_to is not None:
+            with pinned_client(addresses=connect_to, timeout=timeout) as client:
+                response = client.post(url, content=content, headers=headers)
+        else:
+            response = httpx.post(url, content=content, timeout=timeout, headers=headers)
     except httpx.HTTPError as exc:
         # httpx messages may quote the URL; keep the class and a scrubbed message.
         raise DeliveryError(f"{type(exc).__name__}: {scrub(str(exc), target=url)}") from None
@@ -80,7 +107,9 @@ def _post_json(*, url: str, payload: dict[str, Any], user_agent: str = "llmops-a
     # Scrubbed before it is cut: a cut through a secret would leave its first half unscrubbed.
     snippet = scrub(response.text[:10_000], target=url)[:200].strip()
     retryable = status >= 500 or status in _RETRYABLE_4XX
-    raise DeliveryError(f"HTTP {status}: {snippet}".rstrip(": "), retryable=retryable)
+    raise DeliveryError(
+        f"HTTP {status}: {snippet}".rstrip(": "), retryable=retryable, status_code=status
+    )
 
 
 def _webhook_payload(message: AlertMessage) -> dict[str, Any]:
@@ -148,7 +177,9 @@ def send_pagerduty(*, target: str, message: AlertMessage) -> None:
         _post_json(url=settings.ALERT_PAGERDUTY_EVENTS_URL, payload=payload)
     except DeliveryError as exc:
         # The routing key is in the request body, not the URL; PagerDuty may echo it in errors.
-        raise DeliveryError(scrub(str(exc), target=target), retryable=exc.retryable) from None
+        raise DeliveryError(
+            scrub(str(exc), target=target), retryable=exc.retryable, status_code=exc.status_code
+        ) from None
 
 
 def send_email(*, target: str, message: AlertMessage) -> None:
@@ -165,16 +196,6 @@ def send_email(*, target: str, message: AlertMessage) -> None:
     except (OSError, ValueError) as exc:
         # smtplib's errors are OSError subclasses; they name the server, not a secret.
         raise DeliveryError(f"{type(exc).__name__}: {exc}") from None
-
-
-def post_callback(*, url: str, payload: dict[str, Any]) -> None:
-    """An API consumer's callback (a batch's ``callback_url``, batches/callbacks.py). Its host
-    is looked up now, so a name that moved onto a private network is refused too."""
-    if not settings.CALLBACK_ALLOW_PRIVATE_HOSTS:
-        problem = targets.callback_address_problem(url, resolve=True)
-        if problem:
-            raise DeliveryError(problem, retryable=False)
-    _post_json(url=url, payload=payload, user_agent="llmops-callbacks")
 
 
 SENDERS: dict[str, Callable[..., None]] = {

@@ -86,6 +86,37 @@ def delivery_claim(model: Any, *, delivery_id: int, attempt: int) -> bool:
     )
 
 
+def delivery_attempt_apply(
+    delivery: Any,
+    *,
+    attempt: int,
+    error: DeliveryError | None,
+    elapsed_ms: int,
+    retry_in: float | None,
+    **entry: Any,
+) -> list[str]:
+    """Record attempt ``attempt`` on a locked row of a delivery model (alert deliveries,
+    webhook deliveries: ``state``, ``delivered_at``, ``last_error``, ``history``,
+    ``next_attempt_at``): its history entry (``entry`` adds fields to it), delivered, failed
+    for good (``retry_in`` None) or due again in ``retry_in`` s. Returns the fields changed,
+    for ``save(update_fields=...)``."""
+    now = timezone.now()
+    record = {"attempt": attempt, "at": now.isoformat(), "ok": error is None, **entry}
+    record["ms"] = elapsed_ms
+    if error is not None:
+        record["error"] = str(error)[:500]
+        delivery.last_error = str(error)[:2000]
+    delivery.history = [*delivery.history, record]
+    if error is None:
+        delivery.state, delivery.delivered_at = delivery.State.DELIVERED, now
+        delivery.next_attempt_at = None
+    elif retry_in is None:
+        delivery.state, delivery.next_attempt_at = delivery.State.FAILED, None
+    else:
+        delivery.next_attempt_at = now + timedelta(seconds=retry_in)
+    return ["state", "delivered_at", "last_error", "history", "next_attempt_at"]
+
+
 def overdue_deliveries_resume(
     model: Any, *, grace_seconds: float, enqueue: Callable[[Any, int], None], what: str
 ) -> int:
@@ -231,22 +262,11 @@ def _record_attempt(
     elapsed_ms: int,
     retry_in: float | None,
 ) -> str:
-    now = timezone.now()
     delivery = AlertDelivery.objects.select_for_update().get(id=delivery.id)
-    entry = {"attempt": attempt, "at": now.isoformat(), "ok": error is None, "ms": elapsed_ms}
-    if error is not None:
-        entry["error"] = str(error)[:500]
-        delivery.last_error = str(error)[:2000]
-    delivery.history = [*delivery.history, entry]
-    if error is None:
-        delivery.state, delivery.delivered_at = AlertDelivery.State.DELIVERED, now
-        delivery.next_attempt_at = None
-    elif retry_in is None:
-        delivery.state, delivery.next_attempt_at = AlertDelivery.State.FAILED, None
-    else:
-        delivery.next_attempt_at = now + timedelta(seconds=retry_in)
     delivery.save(
-        update_fields=["state", "delivered_at", "last_error", "history", "next_attempt_at"]
+        update_fields=delivery_attempt_apply(
+            delivery, attempt=attempt, error=error, elapsed_ms=elapsed_ms, retry_in=retry_in
+        )
     )
 
     # Every delivery of the alert updates the same row: lock it so the roll-up is consistent.
@@ -264,7 +284,7 @@ def _record_attempt(
             alert.state = Alert.State.PARTIAL
         else:
             alert.state = Alert.State.FAILED
-        alert.completed_at = now
+        alert.completed_at = timezone.now()
     alert.save(update_fields=["attempts", "last_error", "state", "completed_at"])
 
     if retry_in is not None:

@@ -20,7 +20,9 @@ __all__ = [
     "PAGERDUTY",
     "SLACK",
     "WEBHOOK",
+    "IPAddress",
     "callback_address_problem",
+    "callback_addresses",
     "redact_target",
     "scrub",
     "target_problem",
@@ -85,28 +87,55 @@ def redact_target(*, kind: str, target: str) -> str:
     return f"…{target[-4:]}" if len(target) > 8 else "…"
 
 
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
 def callback_address_problem(url: str, *, resolve: bool) -> str:
     """What keeps a caller's callback URL from being sent to, "" if nothing: a host on a private,
     loopback, link-local or reserved network (the workers would otherwise post wherever an API
-    consumer points them, inside our own network). ``resolve``: look the name up (at send time);
-    without it only a literal address or ``localhost`` is refused (at submit, no DNS wait).
-    Never repeats the URL."""
+    consumer points them, inside our own network). ``resolve``: look the name up; without it
+    only a literal address or ``localhost`` is refused (at submit, no DNS wait). The sender uses
+    ``callback_addresses`` instead, to connect to the addresses it checked. Never repeats the
+    URL."""
     host = urlparse(url).hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return "The callback host is a local address."
+    if _is_localhost(host):
+        return _LOCAL
     try:
-        addresses = [ipaddress.ip_address(host)]
+        ipaddress.ip_address(host)
     except ValueError:
         if not resolve:
             return ""
-        try:
-            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-        except OSError:
-            return ""  # the request fails the same way, as a retryable connection error
-        addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+    try:
+        return callback_addresses(url)[0]
+    except OSError:
+        return ""  # the request fails the same way, as a retryable connection error
+
+
+def callback_addresses(url: str) -> tuple[str, list[IPAddress]]:
+    """Look a callback URL's host up once: what keeps it from being sent to ("" if nothing, as
+    ``callback_address_problem``) and every address it has now, in the resolver's order. The
+    request connects only to these (alerts/pinned_http.py): a second lookup could answer
+    differently (DNS rebinding). Raises OSError when the name does not resolve."""
+    host = urlparse(url).hostname or ""
+    try:
+        addresses: list[IPAddress] = [ipaddress.ip_address(host)]
+    except ValueError:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        # A link-local IPv6 answer may carry its zone ("fe80::1%eth0"); the address is the rest.
+        found = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+        addresses = list(dict.fromkeys(found))
+    if _is_localhost(host):
+        return _LOCAL, addresses
     if any(not address.is_global for address in addresses):
-        return "The callback host is on a private, local or reserved network."
-    return ""
+        return "The callback host is on a private, local or reserved network.", addresses
+    return "", addresses
+
+
+_LOCAL = "The callback host is a local address."
+
+
+def _is_localhost(host: str) -> bool:
+    return host == "localhost" or host.endswith(".localhost")
 
 
 SECRET_PIECE_LENGTH = 8

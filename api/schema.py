@@ -40,6 +40,7 @@ __all__ = [
     "ScopedAutoSchema",
     "errors",
     "error_headers",
+    "page_responses",
 ]
 
 
@@ -123,6 +124,16 @@ def error_headers() -> list[OpenApiParameter]:
 
 PAGE_NOT_FOUND = {404: "A page past the last one (or not a number)."}
 """``errors(descriptions=...)`` of a paginated list."""
+
+
+def page_responses(serializer: Any, specific: dict[int, list[str]]) -> dict[Any, Any]:
+    """A paginated list's responses: a page of ``serializer`` rows, the errors ``specific``
+    names, and ``404`` for a page past the last (``PAGE_NOT_FOUND``)."""
+    return {
+        200: serializer(many=True),
+        **errors({404: [], **specific}, descriptions=PAGE_NOT_FOUND),
+    }
+
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",

@@ -42,7 +42,9 @@ from rest_framework.views import APIView
 
 from api.errors import LimitExceeded
 from api.throttle_rates import parse_rate
+from keys.models import ApiKey
 from keys.permissions import request_api_key
+from keys.selectors import api_key_ancestor_ids
 from llmops.queues import LLM_QUEUE, throttle_key
 from runtime.redis_clients import queue_connection
 
@@ -141,17 +143,30 @@ class SubmitThrottle(UserRateThrottle):
 
     def allow_request(self, request: Request, view: APIView) -> bool:
         key = request_api_key(request)
-        if key is not None and key.rpm and request.method not in SAFE_METHODS:
-            wait = _counted(KEY_SUBMIT_SCOPE, key.id, key.rpm, 60)
-            if wait is not None:
-                raise LimitExceeded(
-                    f"This API key ({key.name}, {key.prefix}...) may submit {key.rpm} times a "
-                    f"minute; try again in {wait} s.",
-                    code="throttled",
-                    detail={"api_key": key.id, "rpm": key.rpm, "retry_after_seconds": wait},
-                    headers={"Retry-After": str(wait)},
-                )
+        if key is not None and request.method not in SAFE_METHODS:
+            # A key minted by a key submits within the rate of the key that minted it too.
+            chain = [key]
+            if key.parent_id is not None:
+                chain += ApiKey.objects.filter(id__in=api_key_ancestor_ids(key.id))
+            for limited in chain:
+                if limited.rpm:
+                    self._count_key(key, limited)
         return super().allow_request(request, view)
+
+    @staticmethod
+    def _count_key(key: ApiKey, limited: ApiKey) -> None:
+        assert limited.rpm is not None
+        wait = _counted(KEY_SUBMIT_SCOPE, limited.id, limited.rpm, 60)
+        if wait is None:
+            return
+        whose = "This API key" if limited.id == key.id else "The API key that minted this one"
+        raise LimitExceeded(
+            f"{whose} ({limited.name}, {limited.prefix}...) may submit {limited.rpm} times a "
+            f"minute; try again in {wait} s.",
+            code="throttled",
+            detail={"api_key": limited.id, "rpm": limited.rpm, "retry_after_seconds": wait},
+            headers={"Retry-After": str(wait)},
+        )
 
 
 KEY_SUBMIT_SCOPE = "key-submit"

@@ -12,14 +12,23 @@ The service validates the body and decides what a repeated ``Idempotency-Key`` r
 first submit's object, answered the same way).
 """
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from django.urls import reverse
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-__all__ = ["IDEMPOTENCY_KEY_HEADER", "Submitted", "accepted_response", "idempotency_key"]
+from keys.permissions import request_api_key_id
+
+__all__ = [
+    "IDEMPOTENCY_KEY_HEADER",
+    "Submitted",
+    "accepted_response",
+    "idempotency_key",
+    "submit_from_request",
+]
 
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 """The client's key of a submit: a repeat returns the first object (``IDEMPOTENCY_KEY`` in
@@ -50,3 +59,19 @@ def accepted_response(request: Request, submitted: Submitted, *, status_url_name
         status=status.HTTP_202_ACCEPTED,
         headers={"Location": request.build_absolute_uri(status_url)},
     )
+
+
+def submit_from_request(
+    request: Request, submit: Callable[..., tuple[Any, bool]], *, status_url_name: str
+) -> Response:
+    """The whole of a submit view: the run-like resource's service (``job_submit``,
+    ``batch_submit``, ``agent_run_create``...) called with the caller, the body, its
+    ``Idempotency-Key`` and API key, answered ``202`` by ``accepted_response`` (a repeated key
+    answers the first submit's object the same way)."""
+    submitted, _created = submit(
+        user=cast(Any, request.user),
+        data=request.data,
+        idempotency_key=idempotency_key(request),
+        api_key_id=request_api_key_id(request),
+    )
+    return accepted_response(request, submitted, status_url_name=status_url_name)

@@ -7,8 +7,10 @@ Every API path ends with a slash, and leaving it out is the most likely first mi
 Anything else under ``/api/`` that no view matches answers the API's JSON 404 (``api_not_found``,
 last in ``llmops/urls.py``), with DEBUG on as well as off."""
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404, resolve
 
@@ -26,18 +28,39 @@ def _served(path: str, urlconf: str | None) -> bool:
         return False
 
 
-class ApiTrailingSlashMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+def _add_slash(request: HttpRequest) -> None:
+    path = request.path_info
+    if path.startswith(API_PREFIX) and not path.endswith("/"):
+        urlconf = getattr(request, "urlconf", None)
+        if not _served(path, urlconf) and _served(path + "/", urlconf):
+            request.path_info = path + "/"
+            request.path = request.path + "/"
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        path = request.path_info
-        if path.startswith(API_PREFIX) and not path.endswith("/"):
-            urlconf = getattr(request, "urlconf", None)
-            if not _served(path, urlconf) and _served(path + "/", urlconf):
-                request.path_info = path + "/"
-                request.path = request.path + "/"
-        return self.get_response(request)
+
+class ApiTrailingSlashMiddleware:
+    # Async-capable: under ASGI a sync middleware would run every request below it on a thread
+    # that waits for it, and an async view (the front doors', gateway/) would hold that thread
+    # while it waits, and would not hear its client hang up.
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
+        if self.is_async:
+            return self._acall(request)
+        _add_slash(request)
+        response: HttpResponse = self.get_response(request)
+        return response
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        _add_slash(request)
+        response: HttpResponse = await self.get_response(request)
+        return response
 
 
 def api_not_found(request: HttpRequest, rest: str = "") -> HttpResponse:

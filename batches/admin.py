@@ -13,6 +13,9 @@ from api.errors import ApplicationError
 from batches.models import Batch, BatchItem
 from batches.services import batch_cancel
 from llmops.admin import ReadOnlyAdmin
+from webhooks.admin import deliveries_cell
+from webhooks.models import Subject
+from webhooks.selectors import deliveries_of
 
 __all__ = ["BatchAdmin", "BatchItemAdmin", "progress_bar"]
 
@@ -85,10 +88,6 @@ class BatchAdmin(ReadOnlyAdmin):
     ]
     readonly_fields = [str(name) for name in fields]
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Batch]:
-        # The URL is a secret: no page of the admin shows it (see ``callback``).
-        return super().get_queryset(request).select_related("callback_delivery")
-
     @admin.display(description="batch", ordering="name")
     def name_or_id(self, batch: Batch) -> str:
         return batch.name or str(batch.id)
@@ -111,15 +110,17 @@ class BatchAdmin(ReadOnlyAdmin):
 
     @admin.display(description="callback")
     def callback(self, batch: Batch) -> str:
+        # The URL is a secret: no page of the admin shows more than its host.
         if not batch.callback_url:
             return "-"
-        delivery = getattr(batch, "callback_delivery", None)
+        delivery = deliveries_of(subject_kind=Subject.BATCH, subject_id=batch.id).first()
         if delivery is None:
             return format_html("{} (sent when the batch finishes)", batch.callback_redacted)
         # The error is stored scrubbed: it names the host, never the path or query.
         return format_html(
-            "{} · delivery: {} after {} attempt(s){}",
+            "{} · {} · last: {} after {} attempt(s){}",
             batch.callback_redacted,
+            deliveries_cell(subject_kind=Subject.BATCH, subject_id=batch.id),
             delivery.state,
             delivery.attempts,
             f" ({delivery.last_error})" if delivery.last_error else "",

@@ -1,10 +1,7 @@
 """Thin DRF views of /api/v1/batches/: validate, call a service or selector, serialize."""
 
-import uuid
-from typing import Any, cast
+from typing import Any
 
-from django.contrib.auth.models import User
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -17,10 +14,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api.pagination import Pagination, paginated_response
-from api.path_ids import uuid_or_not_found
-from api.schema import IDEMPOTENCY_KEY, PAGE_NOT_FOUND, error_headers, errors, location_header
-from api.submit_throttles import SubmitThrottle
-from api.submits import accepted_response, idempotency_key
+from api.run_views import (
+    RunCancelApi,
+    RunDetailApi,
+    RunList,
+    RunListCreateApi,
+    RunResource,
+    RunSubmit,
+)
+from api.schema import error_headers, errors
 from batches.api_schema import SUBMIT_EXAMPLE, BatchSubmitSerializer, BatchSubmittedSerializer
 from batches.models import Batch
 from batches.parsers import BatchJSONParser
@@ -34,16 +36,16 @@ from batches.selectors import (
 )
 from batches.serializers import BatchOutputSerializer, BatchRowSerializer
 from batches.services import batch_cancel, batch_submit
-from jobs.apis import JobOutputSerializer
 from jobs.models import LlmJob
-from keys.permissions import request_api_key_id
-from keys.scopes import JOBS_READ, JOBS_WRITE
+from jobs.representation import JobOutputSerializer
+from keys.scopes import JOBS_READ
 
-BATCH_ID = OpenApiParameter(
-    "batch_id",
-    OpenApiTypes.UUID,
-    OpenApiParameter.PATH,
-    description="The batch's id; any other value, or another user's batch, answers 404.",
+BATCHES = RunResource(
+    "batches",
+    "batch",
+    ("No such batch.", "batch_not_found"),
+    batch_get_for_user,
+    "batches:batch-detail",
 )
 
 _SUBMIT_400 = [
@@ -66,10 +68,6 @@ _SUBMIT_400 = [
 ]
 
 
-def _parse_id(value: str) -> uuid.UUID:
-    return uuid_or_not_found(value, message="No such batch.", code="batch_not_found")
-
-
 class BatchJobSerializer(JobOutputSerializer):
     """A job of the batch, as the jobs API shows it, with the items it runs."""
 
@@ -85,92 +83,38 @@ class BatchJobSerializer(JobOutputSerializer):
         return indexes.get(job.id, [])
 
 
-class BatchListCreateApi(APIView):
-    required_scopes = {"GET": JOBS_READ, "POST": JOBS_WRITE}
+class BatchListCreateApi(RunListCreateApi):
     parser_classes = [BatchJSONParser]
-    throttle_classes = [SubmitThrottle]  # POST only (one batch counts as one submit)
-    pagination_class = Pagination
-
-    @extend_schema(
-        operation_id="batches_submit",
+    resource = BATCHES
+    submit = RunSubmit(
+        batch_submit,
+        BatchSubmitSerializer,
+        SUBMIT_EXAMPLE,
+        OpenApiResponse(
+            BatchSubmittedSerializer,
+            description=(
+                "Accepted: every item valid, its jobs queued (or the first batch of a "
+                "repeated Idempotency-Key)."
+            ),
+        ),
         summary="Submit a batch of jobs",
-        request=BatchSubmitSerializer,
-        examples=[SUBMIT_EXAMPLE],
-        parameters=[
-            IDEMPOTENCY_KEY,
-            location_header("The batch's status URL."),
-            *error_headers(),
-        ],
-        responses={
-            202: OpenApiResponse(
-                BatchSubmittedSerializer,
-                description=(
-                    "Accepted: every item valid, its jobs queued (or the first batch of a "
-                    "repeated Idempotency-Key)."
-                ),
-            ),
-            **errors(
-                {
-                    400: _SUBMIT_400,
-                    409: ["idempotency_conflict"],
-                    413: [],
-                    415: [],
-                    429: ["budget_exceeded"],
-                },
-                descriptions={
-                    413: "The body is larger than LLM_BATCH_MAX_REQUEST_BYTES.",
-                    400: (
-                        "The request is invalid. `invalid_items`: detail.indexes lists every "
-                        "bad item, detail.errors describes the first 100 ({index, code, "
-                        "message, field}); nothing was saved."
-                    ),
-                },
+        invalid=_SUBMIT_400,
+        descriptions={
+            413: "The body is larger than LLM_BATCH_MAX_REQUEST_BYTES.",
+            400: (
+                "The request is invalid. `invalid_items`: detail.indexes lists every "
+                "bad item, detail.errors describes the first 100 ({index, code, "
+                "message, field}); nothing was saved."
             ),
         },
     )
-    def post(self, request: Request) -> Response:
-        batch, _created = batch_submit(
-            user=cast(User, request.user),
-            data=request.data,
-            idempotency_key=idempotency_key(request),
-            api_key_id=request_api_key_id(request),
-        )
-        return accepted_response(request, batch, status_url_name="batches:batch-detail")
-
-    @extend_schema(
-        operation_id="batches_list",
-        summary="The caller's batches, newest first",
-        parameters=[
-            OpenApiParameter("status", enum=Batch.Status.values),
-            OpenApiParameter("tag", str, description="Only batches carrying this tag."),
-            *error_headers(),
-        ],
-        responses={
-            200: BatchRowSerializer(many=True),
-            **errors({400: ["invalid_filter"], 404: []}, descriptions=PAGE_NOT_FOUND),
-        },
-    )
-    def get(self, request: Request) -> Response:
-        batches = batch_list_for_user(
-            user=cast(User, request.user),
-            status=request.query_params.get("status"),
-            tag=request.query_params.get("tag"),
-        )
-        return paginated_response(request, self, batches, BatchRowSerializer)
+    listing = RunList(batch_list_for_user, BatchRowSerializer, what="batches")
 
 
-class BatchDetailApi(APIView):
-    required_scopes = {"GET": JOBS_READ}
-
-    @extend_schema(
-        operation_id="batches_retrieve",
-        summary="A batch: status, counters (items) and cost",
-        parameters=[BATCH_ID, *error_headers()],
-        responses={200: BatchOutputSerializer, **errors({404: ["batch_not_found"]})},
-    )
-    def get(self, request: Request, batch_id: str) -> Response:
-        batch = batch_get_for_user(user=cast(User, request.user), batch_id=_parse_id(batch_id))
-        return Response(BatchOutputSerializer(batch).data)
+class BatchDetailApi(RunDetailApi):
+    resource = BATCHES
+    summary = "A batch: status, counters (items) and cost"
+    serializer = BatchOutputSerializer
 
 
 class BatchJobsApi(APIView):
@@ -181,7 +125,7 @@ class BatchJobsApi(APIView):
         operation_id="batches_jobs",
         summary="A batch's jobs, in the order of their first item",
         parameters=[
-            BATCH_ID,
+            BATCHES.path_parameter,
             OpenApiParameter("status", enum=LlmJob.Status.values),
             *error_headers(),
         ],
@@ -194,7 +138,7 @@ class BatchJobsApi(APIView):
         },
     )
     def get(self, request: Request, batch_id: str) -> Response:
-        batch = batch_get_for_user(user=cast(User, request.user), batch_id=_parse_id(batch_id))
+        batch = BATCHES.lookup(request, batch_id)
         jobs = batch_jobs(batch=batch, status=request.query_params.get("status"))
         return paginated_response(
             request,
@@ -229,7 +173,7 @@ class BatchEmbeddingsApi(APIView):
     @extend_schema(
         operation_id="batches_embeddings",
         summary="An embedding batch's vectors, item by item in the submitted order",
-        parameters=[BATCH_ID, *error_headers()],
+        parameters=[BATCHES.path_parameter, *error_headers()],
         responses={
             200: BatchEmbeddingItemSerializer(many=True),
             **errors(
@@ -239,7 +183,7 @@ class BatchEmbeddingsApi(APIView):
         },
     )
     def get(self, request: Request, batch_id: str) -> Response:
-        batch = batch_get_for_user(user=cast(User, request.user), batch_id=_parse_id(batch_id))
+        batch = BATCHES.lookup(request, batch_id)
         items = batch_embedding_items(batch=batch)
         return paginated_response(
             request,
@@ -250,29 +194,15 @@ class BatchEmbeddingsApi(APIView):
         )
 
 
-class BatchCancelApi(APIView):
-    required_scopes = {"POST": JOBS_WRITE}
-
-    @extend_schema(
-        operation_id="batches_cancel",
-        summary="Cancel a batch: its jobs not yet running are cancelled",
-        request=None,
-        parameters=[BATCH_ID, *error_headers()],
-        responses={
-            200: OpenApiResponse(
-                BatchOutputSerializer,
-                description=(
-                    "Cancelled (or already stopped): waiting jobs are being cancelled in the "
-                    "background; jobs already running end on their own."
-                ),
-            ),
-            **errors({404: ["batch_not_found"], 409: ["not_cancellable"]}),
-        },
+class BatchCancelApi(RunCancelApi):
+    resource = BATCHES
+    summary = "Cancel a batch: its jobs not yet running are cancelled"
+    serializer = BatchOutputSerializer
+    cancelled = (
+        "Cancelled (or already stopped): waiting jobs are being cancelled in the "
+        "background; jobs already running end on their own."
     )
-    def post(self, request: Request, batch_id: str) -> Response:
-        batch = batch_get_for_user(
-            user=cast(User, request.user),
-            batch_id=_parse_id(batch_id),
-            permission="batches.cancel_batch",
-        )
-        return Response(BatchOutputSerializer(batch_cancel(batch=batch)).data)
+    permission = "batches.cancel_batch"
+
+    def cancel(self, batch: Batch) -> Batch:
+        return batch_cancel(batch=batch)

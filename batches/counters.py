@@ -3,7 +3,7 @@
 so they stay exact whatever number of workers, threads and hosts end jobs at once.
 
 Which transition moves which counter (items, not jobs: a job shared by k identical items moves
-k), from the transitions of jobs/services.py:
+k), from the transitions of jobs/services/:
 
     COMPLETED      running|retrying -> completed   pending   -> completed
     DEAD_LETTERED  running|waiting  -> failed      pending   -> failed

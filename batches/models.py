@@ -3,7 +3,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-from alerts.targets import WEBHOOK, redact_target
+from alerts.targets import CALLBACK, redact_target
 from jobs.models import LlmJob
 
 
@@ -63,6 +63,13 @@ class Batch(models.Model):
     tags = models.JSONField(
         default=list, blank=True, help_text="Slugs, applied to every job; BatchTag for filters."
     )
+    door = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        help_text="anthropic: made at the Anthropic door's Message Batches (gateway/); empty: "
+        "the job API's.",
+    )
 
     # Items, not jobs: identical items share a job and count once each.
     total = models.PositiveIntegerField()
@@ -120,7 +127,7 @@ class Batch(models.Model):
 
     @property
     def callback_redacted(self) -> str:
-        return redact_target(kind=WEBHOOK, target=self.callback_url) if self.callback_url else ""
+        return redact_target(kind=CALLBACK, target=self.callback_url) if self.callback_url else ""
 
 
 class BatchTag(models.Model):
@@ -170,35 +177,3 @@ class BatchItem(models.Model):
 
     def __str__(self) -> str:
         return f"item {self.index} of batch {self.batch_id}"
-
-
-class BatchCallbackDelivery(models.Model):
-    """A finished batch's callback (batches/callbacks.py): its body, each attempt and the
-    outcome. The URL, a secret, stays on the batch."""
-
-    class State(models.TextChoices):
-        PENDING = "pending", "Pending"
-        DELIVERED = "delivered", "Delivered"
-        FAILED = "failed", "Failed"
-
-    batch = models.OneToOneField(Batch, on_delete=models.CASCADE, related_name="callback_delivery")
-    payload = models.JSONField(help_text="The body POSTed: the batch as the API showed it.")
-    state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
-    attempts = models.PositiveIntegerField(default=0)
-    last_error = models.TextField(blank=True)
-    history = models.JSONField(
-        default=list, blank=True, help_text="Every attempt: {attempt, at, ok, error, ms}."
-    )
-    next_attempt_at = models.DateTimeField(
-        null=True, blank=True, help_text="When the pending attempt is due; empty once final."
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    delivered_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["id"]
-        verbose_name_plural = "batch callback deliveries"
-        indexes = [models.Index(fields=["state", "next_attempt_at"], name="batchcallback_due")]
-
-    def __str__(self) -> str:
-        return f"callback of batch {self.batch_id} ({self.state})"

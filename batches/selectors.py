@@ -9,10 +9,10 @@ from django.db.models import DecimalField, OuterRef, QuerySet, Subquery, Sum, Va
 from django.db.models.functions import Coalesce
 
 from api.errors import NotFound, ValidationFailed
+from api.runs import RunFilters, filter_runs
 from batches.models import Batch, BatchItem
 from embeddings.storage import vectors_load
 from jobs.models import LlmJob
-from jobs.tags import validate_tag_filter
 
 __all__ = [
     "batch_embedding_items",
@@ -61,22 +61,10 @@ def batch_get_for_user(
     return batch
 
 
-def batch_list_for_user(
-    *, user: User, status: str | None = None, tag: str | None = None
-) -> QuerySet[Batch]:
-    """The user's own batches, newest first; with ``tag``, those carrying it."""
+def batch_list_for_user(*, user: User, filters: RunFilters | None = None) -> QuerySet[Batch]:
+    """The user's own batches, newest first, by the shared list filters (api/runs.py)."""
     batches = Batch.objects.filter(user=user).defer("callback_url")
-    if status:
-        if status not in Batch.Status.values:
-            raise ValidationFailed(
-                f"status must be one of {', '.join(Batch.Status.values)}.",
-                code="invalid_filter",
-                detail={"field": "status"},
-            )
-        batches = batches.filter(status=status)
-    if tag := validate_tag_filter(tag):
-        batches = batches.filter(tag_rows__tag=tag)
-    return batches.order_by("-created_at", "-id")
+    return filter_runs(batches, filters or RunFilters(), statuses=Batch.Status.values)
 
 
 def batch_jobs(*, batch: Batch, status: str | None = None) -> QuerySet[LlmJob]:

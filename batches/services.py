@@ -19,7 +19,6 @@ from django.utils import timezone
 from rq import Queue
 
 from api.errors import Conflict
-from batches.callbacks import callback_record
 from batches.events import flush_progress, progress_on_commit, publish_finished_on_commit
 from batches.models import Batch, BatchItem, BatchTag
 from batches.selectors import batch_with_cost
@@ -41,10 +40,13 @@ from jobs.admission import (
 )
 from jobs.bulk import NewJob, insert_rows, job_requests_validate, jobs_submit_many
 from jobs.models import LlmJob
-from jobs.services import job_cancel
+from jobs.services import CANCELLABLE_AT_ONCE, job_cancel
 from jobs.validation import JobRequest, validate_feature_and_model
 from llmops.queues import BATCH_CANCEL_TASK, DEFAULT_QUEUE, batch_cancel_job_id
 from runtime.rq_jobs import rq_job_is_alive, rq_jobs_fetch, rq_jobs_resume
+from webhooks.models import Subject
+from webhooks.services import webhook_record
+from webhooks.signing_secrets import signer_for
 
 __all__ = [
     "CANCEL_CHUNK",
@@ -55,6 +57,9 @@ __all__ = [
     "batch_cancel_jobs_run",
     "batch_cancels_resume",
     "batch_finished",
+    "batch_insert",
+    "batch_replayed",
+    "batch_submit_requests",
     "batch_stop",
     "batch_submit",
 ]
@@ -92,9 +97,9 @@ def batch_submit(
     if idempotency_key:
         key_hash = idempotency_key_hash(idempotency_key)
         fingerprint = batch_request_fingerprint(data)
-        existing = Batch.objects.filter(user=user, idempotency_key_hash=key_hash).first()
+        existing = batch_replayed(user=user, key_hash=key_hash, fingerprint=fingerprint)
         if existing is not None:
-            return _replay(existing, fingerprint), False
+            return existing, False
     if request.kind == "embedding":
         return _embedding_batch_submit(
             user=user,
@@ -112,66 +117,53 @@ def batch_submit(
         check_item=check_item_metadata,
         api_key_id=api_key_id,
     )
-    # Identical items (the same request fingerprint) share the job of the first of them.
-    job_of_item: list[int] = []
-    firsts: dict[str, int] = {}
-    unique: list[tuple[Any, str]] = []
-    for item_request in requests:
-        item_fingerprint = item_request.fingerprint()
-        position = firsts.get(item_fingerprint)
-        if position is None:
-            position = firsts[item_fingerprint] = len(unique)
-            unique.append((item_request, item_fingerprint))
-        job_of_item.append(position)
+    return batch_submit_requests(
+        user=user,
+        requests=requests,
+        api_key_id=api_key_id,
+        key_hash=key_hash,
+        fingerprint=fingerprint,
+        name=request.name,
+        feature=request.feature,
+        model=request.model,
+        allow_failures=request.allow_failures,
+        callback_url=request.callback_url,
+        deadline=request.deadline,
+        tags=request.tags,
+    )
 
+
+def batch_replayed(*, user: User, key_hash: str, fingerprint: str) -> Batch | None:
+    """The batch a repeated Idempotency-Key (its hash) made, if any; 409 when that key came
+    with another body (``fingerprint``)."""
+    existing = Batch.objects.filter(user=user, idempotency_key_hash=key_hash).first()
+    return None if existing is None else _replay(existing, fingerprint)
+
+
+def batch_submit_requests(
+    *,
+    user: User,
+    requests: list[JobRequest],
+    api_key_id: int | None = None,
+    key_hash: str | None = None,
+    fingerprint: str | None = None,
+    item_metadata: list[dict[str, Any]] | None = None,
+    **fields: Any,
+) -> tuple[Batch, bool]:
+    """Insert a chat batch of validated job requests in one transaction (``batch_insert``).
+    Returns (batch, created): two submits with the same Idempotency-Key that raced get the
+    first batch."""
     try:
         with transaction.atomic():
-            batch = Batch.objects.create(
+            batch = batch_insert(
                 user=user,
                 api_key_id=api_key_id,
-                name=request.name,
-                feature=request.feature,
-                model=request.model,
-                allow_failures=request.allow_failures,
-                callback_url=request.callback_url,
-                total=len(requests),
-                jobs_total=len(unique),
-                pending=len(requests),
+                requests=requests,
+                item_metadata=item_metadata,
                 idempotency_key_hash=key_hash,
                 request_fingerprint=fingerprint or "",
-                deadline=request.deadline,
-                tags=request.tags,
+                **fields,
             )
-            BatchTag.objects.bulk_create(BatchTag(batch=batch, tag=tag) for tag in request.tags)
-            marker = {"id": str(batch.id)}
-            jobs = jobs_submit_many(
-                user=user,
-                api_key_id=api_key_id,
-                new_jobs=[
-                    NewJob(
-                        request=replace(
-                            item_request,
-                            metadata={**(item_request.metadata or {}), MARKER_KEY: marker},
-                        ),
-                        fingerprint=item_fingerprint,
-                    )
-                    for item_request, item_fingerprint in unique
-                ],
-            )
-            seen: set[int] = set()
-            items = []
-            for index, position in enumerate(job_of_item):
-                items.append(
-                    BatchItem(
-                        batch=batch,
-                        index=index,
-                        job_id=jobs[position].id,
-                        runs_job=position not in seen,
-                    )
-                )
-                seen.add(position)
-            insert_rows(items)
-            progress_on_commit(batch)
     except IntegrityError:
         # Two submits with the same key raced; the first insert won.
         if not key_hash:
@@ -187,6 +179,69 @@ def batch_submit(
         batch.model,
     )
     return batch, True
+
+
+def batch_insert(
+    *,
+    user: User,
+    requests: list[JobRequest],
+    api_key_id: int | None = None,
+    item_metadata: list[dict[str, Any]] | None = None,
+    **fields: Any,
+) -> Batch:
+    """Insert a chat batch of validated job requests (``fields``: the batch's own columns), its
+    jobs (identical requests share the job of the first of them), its tags and its items (each
+    with its ``item_metadata``, if given). Inside the caller's transaction; the jobs are
+    enqueued after commit."""
+    job_of_item: list[int] = []
+    firsts: dict[str, int] = {}
+    unique: list[tuple[JobRequest, str]] = []
+    for item_request in requests:
+        item_fingerprint = item_request.fingerprint()
+        position = firsts.get(item_fingerprint)
+        if position is None:
+            position = firsts[item_fingerprint] = len(unique)
+            unique.append((item_request, item_fingerprint))
+        job_of_item.append(position)
+    batch = Batch.objects.create(
+        user=user,
+        api_key_id=api_key_id,
+        total=len(requests),
+        jobs_total=len(unique),
+        pending=len(requests),
+        **fields,
+    )
+    BatchTag.objects.bulk_create(BatchTag(batch=batch, tag=tag) for tag in batch.tags)
+    marker = {"id": str(batch.id)}
+    jobs = jobs_submit_many(
+        user=user,
+        api_key_id=api_key_id,
+        new_jobs=[
+            NewJob(
+                request=replace(
+                    item_request, metadata={**(item_request.metadata or {}), MARKER_KEY: marker}
+                ),
+                fingerprint=item_fingerprint,
+            )
+            for item_request, item_fingerprint in unique
+        ],
+    )
+    seen: set[int] = set()
+    items = []
+    for index, position in enumerate(job_of_item):
+        items.append(
+            BatchItem(
+                batch=batch,
+                index=index,
+                job_id=jobs[position].id,
+                runs_job=position not in seen,
+                metadata=item_metadata[index] if item_metadata else None,
+            )
+        )
+        seen.add(position)
+    insert_rows(items)
+    progress_on_commit(batch)
+    return batch
 
 
 def _embedding_batch_submit(
@@ -336,7 +391,15 @@ def batch_finished(*, batch_id: UUID) -> None:
     batch = batch_with_cost(batch_id=batch_id)
     representation = dict(BatchOutputSerializer(batch).data)
     if batch.callback_url:
-        callback_record(batch=batch, representation=representation)
+        # Recorded exactly once: only the transaction that finished the batch gets here.
+        webhook_record(
+            subject_kind=Subject.BATCH,
+            subject_id=batch.id,
+            event="batch.finished",
+            url=batch.callback_url,
+            signer=signer_for(api_key_id=batch.api_key_id, feature=batch.feature),
+            payload={"type": "batch.finished", "batch": representation},
+        )
     publish_finished_on_commit(batch, representation)
     summary = (
         f"batch {batch.id} finished: {batch.status}, {batch.completed} completed, "
@@ -389,7 +452,9 @@ def batch_cancel_jobs_run(*, batch_id: UUID) -> str:
                 batch_id=batch_id,
                 runs_job=True,
                 index__gt=after,
-                job__status__in=LlmJob.WAITING_STATUSES,
+                # Waiting, or waiting in a provider batch (a deferred job): CANCELLABLE_AT_ONCE
+                # picks those among them.
+                job__status__in=(*LlmJob.WAITING_STATUSES, LlmJob.Status.RUNNING),
             )
             .order_by("index")
             .values_list("index", "job_id")[:CANCEL_CHUNK]
@@ -397,7 +462,8 @@ def batch_cancel_jobs_run(*, batch_id: UUID) -> str:
         if not rows:
             break
         after = rows[-1][0]
-        for job in LlmJob.objects.filter(id__in=[job_id for _, job_id in rows]):
+        chunk = [job_id for _, job_id in rows]
+        for job in LlmJob.objects.filter(CANCELLABLE_AT_ONCE, id__in=chunk):
             try:
                 job_cancel(job=job)
                 cancelled += 1

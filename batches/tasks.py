@@ -2,8 +2,8 @@
 
 from uuid import UUID
 
-from batches.callbacks import callback_attempt
 from batches.services import batch_cancel_jobs_run
+from webhooks.services import webhook_attempt
 
 
 def cancel_batch_jobs(batch_id: str) -> str:
@@ -12,5 +12,7 @@ def cancel_batch_jobs(batch_id: str) -> str:
 
 
 def deliver_callback(delivery_id: int, attempt: int = 1) -> str:
-    """One attempt of a finished batch's callback (alerts queue)."""
-    return callback_attempt(delivery_id=delivery_id, attempt=attempt)
+    """A batch callback's attempt queued before webhooks/ took the callbacks over: its row kept
+    its id in ``WebhookDelivery`` (batches migration 0006). New ones are
+    ``webhooks.tasks.deliver_webhook``."""
+    return webhook_attempt(delivery_id=delivery_id, attempt=attempt)

@@ -9,11 +9,11 @@ from typing import Any
 
 from django.conf import settings
 
-from alerts.targets import WEBHOOK, callback_address_problem, target_problem
 from api.errors import ValidationFailed
 from jobs.deadlines import DEADLINE_FIELDS, validate_deadline
 from jobs.tags import validate_tags
 from jobs.validation import JobRequest
+from webhooks.validation import MAX_CALLBACK_URL_LENGTH, validate_callback_url
 
 __all__ = [
     "BATCH_FIELDS",
@@ -52,8 +52,6 @@ MARKER_KEY = "llmops_batch"
 """The key the batch adds to its jobs' metadata: lets the transition subscriber skip every job
 that is in no batch without a query (batches/counters.py). Reserved in an item's metadata."""
 MAX_NAME_LENGTH = 200
-MAX_CALLBACK_URL_LENGTH = 500
-"""The longest target an alert delivery stores (the callback goes out as one)."""
 
 
 @dataclass(frozen=True)
@@ -116,11 +114,7 @@ def validate_batch_request(data: Any) -> BatchRequest:
             "invalid_allow_failures", "allow_failures must be true or false.", "allow_failures"
         )
 
-    callback_url = data.get("callback_url")
-    if callback_url is None:
-        callback_url = ""
-    if callback_url != "":
-        _check_callback_url(callback_url)
+    callback_url = validate_callback_url(data.get("callback_url"))
 
     kind = data.get("kind", "chat")
     if kind not in KINDS:
@@ -195,30 +189,6 @@ def validate_embedding_items(items: list[Any]) -> list[tuple[str, dict[str, Any]
             detail={"indexes": bad, "errors": errors, "errors_truncated": len(bad) > len(errors)},
         )
     return out
-
-
-def _check_callback_url(url: Any) -> None:
-    # The messages never repeat the URL: it may carry a token in its path or query.
-    if (
-        not isinstance(url, str)
-        or len(url) > MAX_CALLBACK_URL_LENGTH
-        or not url.isprintable()
-        or any(character.isspace() for character in url)
-    ):
-        raise _fail(
-            "invalid_callback_url",
-            f"callback_url must be an http(s) URL of at most {MAX_CALLBACK_URL_LENGTH} characters.",
-            "callback_url",
-        )
-    try:
-        problem = target_problem(kind=WEBHOOK, target=url)
-        if not problem and not settings.CALLBACK_ALLOW_PRIVATE_HOSTS:
-            # The names are looked up when the callback goes out (alerts/delivery.py).
-            problem = callback_address_problem(url, resolve=False)
-    except ValueError:  # urlparse: a malformed IPv6 host
-        problem = "Enter an http(s) URL with a host."
-    if problem:
-        raise _fail("invalid_callback_url", f"callback_url: {problem}", "callback_url")
 
 
 def check_item_metadata(request: JobRequest) -> None:

@@ -16,6 +16,12 @@ never saw more than R in any 60 s); how often a job was held (back on the queue,
 attempt used); and the successes/429s per 10 s (a burst at each turn of the window shows).
 Target: at least 0.95 of R with under 1 % 429s for each W.
 
+Each line also says how close the calls came to a 5 s enforcement, from the provider's own
+arrival log (``/_fake/arrivals``) over the measured span: the tightest span of n + 1 calls in a
+row (n = R/12, what any 5 s admits: under 5,000 ms is a refusal) and how many such spans were
+under 5 s. On the plain window it measures the jitter a short-window provider would meet.
+The measuring is chaos/rate_use.py's, shared with the cluster drill's rate-limit scenario.
+
 Uses its own MariaDB database (BENCH_RATELIMIT_DATABASE_URL, default
 mysql://root@127.0.0.1:3306/llmops_bench_ratelimit, recreated) and Redis index 7 (flushed;
 BENCH_RATELIMIT_REDIS_URL to change it).
@@ -85,6 +91,7 @@ def main() -> None:
     from django.conf import settings
     from django.contrib.auth import get_user_model
 
+    from chaos.rate_use import rate_use, sent, tightest
     from jobs.models import LlmJob
     from jobs.services import job_submit
     from ledger.models import CostEntry
@@ -164,26 +171,18 @@ def main() -> None:
             # Until every call sent within the measured span has answered (3 s at most).
             time.sleep(max(0.0, first + SECONDS + 4 - time.time()))
             _stop(processes)
-            span = [e for e in this_run.all() if first <= sent(e) < first + SECONDS]
-            ok = [e for e in span if e.outcome == "success"]
-            limited = [e for e in span if e.http_status == 429]
-            per_minute = len(ok) / (SECONDS / 60)
+            use = rate_use(this_run.all(), first=first, seconds=SECONDS, rpm=RPM)
             holds = sum(
                 (logs / f"w{workers}-{n}.log").read_text(errors="replace").count(" held for ")
                 for n in range(workers)
             )
             provider = httpx.get(f"http://127.0.0.1:{port}/_fake/stats").json()["by_status"]
-            tens = [
-                f"{sum(1 for e in ok if first + k <= sent(e) < first + k + 10)}/"
-                f"{sum(1 for e in limited if first + k <= sent(e) < first + k + 10)}"
-                for k in range(0, int(SECONDS), 10)
-            ]
+            arrivals = httpx.get(f"http://127.0.0.1:{port}/_fake/arrivals").json()["arrivals"]
+            closest = tightest(arrivals, first, first + SECONDS, rpm=RPM)
             results.append(
-                f"R over {enforced}, W={workers}: {len(ok)} successful calls in {SECONDS:.0f} s = "
-                f"{per_minute:.1f}/min = {per_minute / RPM:.3f} of R; 429s: {len(limited)} of "
-                f"{len(span)} calls = {100 * len(limited) / max(1, len(span)):.2f} % "
-                f"(the provider's count for the whole run: {provider}); jobs held (back on the "
-                f"queue, no attempt used): {holds}; successes/429s per 10 s: {' '.join(tens)}"
+                f"R over {enforced}, W={workers}: {use.summary()} (the provider's count for the "
+                f"whole run: {provider}); jobs held (back on the queue, no attempt used): {holds}; "
+                f"{closest}; {use.tens()}"
             )
             print(results[-1], flush=True)
     finally:
@@ -234,15 +233,6 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
 
 def _dt(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, UTC)
-
-
-def sent(entry: Any) -> float:
-    """When an attempt left its worker: a first attempt's claim (``started_at``, set a few ms
-    before the request leaves); a later one's ledger row time less the call's latency (the row
-    is written some ms after the answer)."""
-    if entry.attempt == 1 and entry.job.started_at is not None:
-        return float(entry.job.started_at.timestamp())
-    return float(entry.created_at.timestamp() - (entry.latency_ms or 0) / 1000)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,12 @@
-"""The chaos drill's agent tool: every call that starts and every call that ends is appended to
-a file (``CHAOS_AGENT_LOG``), so that the drill can check, after killed workers and a flushed
-Redis, that no tool call recorded as completed ever started again (chaos/agent_checks.py).
+"""The chaos drill's agent tools: every call that starts, every call that ends and every side
+effect is appended to a file (``CHAOS_AGENT_LOG``), so that the drill can check, after killed
+workers and a flushed Redis, that no tool call recorded as completed ever started again
+(chaos/agent_checks.py) and that no side effect came after its call's timeout
+(chaos/mix_checks.py).
+
+- ``chaos_effect``: a quick call with a side effect, logged as ``done``;
+- ``chaos_hang``: hangs past its timeout (``HANG_TIMEOUT_SECONDS``), then does its side effect
+  (``effect``): a call stopped at its timeout never gets there.
 
 Registered in the drill's processes through ``LLM_AGENT_TOOL_MODULES`` (chaos/drill.py); never
 installed.
@@ -11,10 +17,13 @@ import time
 
 from agents.tools import agent_tool
 
-__all__ = ["CHAOS_AGENT_LOG", "TOOL", "chaos_effect"]
+__all__ = ["CHAOS_AGENT_LOG", "HANG_TIMEOUT_SECONDS", "HANG_TOOL", "TOOL", "chaos_effect"]
 
 CHAOS_AGENT_LOG = "CHAOS_AGENT_LOG"
 TOOL = "chaos_effect"
+HANG_TOOL = "chaos_hang"
+HANG_TIMEOUT_SECONDS = 2.0
+"""Short, so that a reduced drill sees it pass; the hang sleeps longer (its ``seconds``)."""
 
 
 def _log(what: str, call_id: str) -> None:
@@ -37,3 +46,17 @@ def chaos_effect(*, call_id: str, n: int = 0) -> str:
     time.sleep(0.05)
     _log("done", call_id)
     return f"effect {n}"
+
+
+@agent_tool(
+    description="Hangs past its timeout, then does a side effect the chaos drill looks for.",
+    input_schema={"type": "object", "properties": {"seconds": {"type": "number"}}},
+    name=HANG_TOOL,
+    timeout=HANG_TIMEOUT_SECONDS,
+)
+def chaos_hang(*, call_id: str, seconds: float = 2 * HANG_TIMEOUT_SECONDS) -> str:
+    _log("start", call_id)
+    time.sleep(seconds)
+    # The side effect: must never happen for a call stopped at its timeout.
+    _log("effect", call_id)
+    return "hung, then did its effect"

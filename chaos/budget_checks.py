@@ -19,10 +19,11 @@ from chaos.record import DrillRecord
 from chaos.setup import CAPPED_FEATURE
 from dlq.models import FailureRecord
 from jobs.models import LlmJob
+from keys.selectors import api_key_lineage_ids
 from ledger.budgets import window_bounds
 from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry
 
-__all__ = ["CAPPED_REFUSAL", "budget_checks"]
+__all__ = ["CAPPED_REFUSAL", "budget_checks", "scope_filter"]
 
 CAPPED_REFUSAL = "budget_exceeded"
 """The reason code of a job its budget refused (jobs/retry_policy.py)."""
@@ -33,12 +34,16 @@ def _usd(amount: Decimal) -> str:
 
 
 def _budget_ids(record: DrillRecord) -> list[int]:
-    return [i for i in (record.budget_id, record.capped_budget_id) if i is not None]
+    return record.budget_ids()
 
 
-def _scope_filter(budget: Budget) -> Q:
+def scope_filter(budget: Budget) -> Q:
+    """The ledger rows (or jobs: both have these fields) a budget holds: its feature's, its
+    user's, or its key's and those of every key it minted (keys/selectors.py)."""
     if budget.scope == Budget.Scope.FEATURE:
         return Q(feature=budget.feature)
+    if budget.scope == Budget.Scope.KEY and budget.api_key_id is not None:
+        return Q(api_key_id__in=api_key_lineage_ids(budget.api_key_id))
     return Q(user_id=budget.user_id)
 
 
@@ -73,7 +78,7 @@ def _below_limit(record: DrillRecord) -> Check:
     )
     if seen:
         figures += f" (e.g. {seen[0]})"
-    refused_at_submit = record.capped_refused_at_submit
+    refused_at_submit = record.refused_at_submit
     figures += f", {refused_at_submit} more refused at submit"
     if not refused and not refused_at_submit:
         return Check(
@@ -91,9 +96,13 @@ def _window_equals_ledger(record: DrillRecord) -> Check:
     for budget in Budget.objects.filter(id__in=_budget_ids(record)).order_by("id"):
         start, end = window_bounds(budget.period)
         window = BudgetWindow.objects.filter(budget=budget, window_start=start).first()
-        spent = window.spent_usd if window else Decimal(0)
+        if window is None:
+            # Nothing was ever reserved against it: its window, once made, reads the ledger.
+            parts.append(f"budget {budget.id} ({budget.name}): no window (never reserved)")
+            continue
+        spent = window.spent_usd
         ledger = CostEntry.objects.filter(
-            _scope_filter(budget), created_at__gte=start, created_at__lt=end
+            scope_filter(budget), created_at__gte=start, created_at__lt=end
         ).aggregate(total=Sum("cost_usd"))["total"] or Decimal(0)
         open_reservations = BudgetReservation.objects.filter(budget=budget, settled_at=None).count()
         ok = spent == ledger and open_reservations == 0

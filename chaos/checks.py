@@ -107,7 +107,7 @@ def _jobs_final(record: DrillRecord) -> Check:
         lost == 0
         and stuck_count == 0
         and recorded == len(failed)
-        and len(record.job_ids) - len(record.agent_job_ids) + record.capped_refused_at_submit
+        and len(record.job_ids) - len(record.agent_job_ids) + record.refused_at_submit
         == record.options.jobs
     )
     figures = (
@@ -116,8 +116,8 @@ def _jobs_final(record: DrillRecord) -> Check:
         f"({recorded} with a FailureRecord), {counts.get(LlmJob.Status.CANCELLED, 0)} cancelled; "
         f"{lost} lost, {stuck_count} stuck"
         + (
-            f"; {record.capped_refused_at_submit} refused at submit (the capped budget spent)"
-            if record.capped_refused_at_submit
+            f"; {record.refused_at_submit} refused at submit (their budget spent)"
+            if record.refused_at_submit
             else ""
         )
     )
@@ -227,12 +227,11 @@ def _metrics(record: DrillRecord) -> Check:
     )
 
 
-def job_checks(record: DrillRecord) -> list[Check]:
-    view = LedgerView.read(record.job_ids)
-    return [
-        _jobs_final(record),
-        *_money(record, view),
-        _billed_twice(record, view),
-        _nothing_negative(record),
-        _metrics(record),
-    ]
+def job_checks(record: DrillRecord, *, per_call: bool = True) -> list[Check]:
+    """``per_call``: the ledger against the provider call by call, by request id (the mixed
+    drill, whose batch items have none, checks per model and per job instead: mix_checks.py)."""
+    checks = [_jobs_final(record)]
+    if per_call:
+        view = LedgerView.read(record.job_ids)
+        checks += [*_money(record, view), _billed_twice(record, view)]
+    return [*checks, _nothing_negative(record), _metrics(record)]

@@ -38,7 +38,7 @@ from chaos.plan import (
     Phase,
     breaker_hold_seconds,
 )
-from chaos.processes import Process, Stack, descendants
+from chaos.processes import Process, Stack, descendants, is_zombie
 from chaos.provider import FakeProvider
 from chaos.record import BreakerEvent, DrillRecord, FlushEvent, KillEvent, LongCallEvent
 
@@ -66,13 +66,15 @@ _NEW_FAULTS = {
 
 
 def _alive(pid: int) -> bool:
+    """Whether the process runs: a process killed a moment ago is a zombie until it is reaped
+    (its parent killed with it, by init), and ``kill(pid, 0)`` still finds a zombie."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return not is_zombie(pid)
 
 
 class Conductor:
@@ -124,8 +126,8 @@ class Conductor:
             ("429", self.options.rate_429),
             ("drop", self.options.drop_rate),
         ):
-            phase = self.phases.get(kind)
-            if phase is not None and phase.active(t):
+            # A kind may have several windows (the mixed drill's storms, chaos/mix_plan.py).
+            if any(phase.kind == kind and phase.active(t) for phase in self.record.phases):
                 faults[kind] = rate
         exclusive = provider_faults_now(self.faults, t)
         if exclusive is not None:

@@ -36,7 +36,7 @@ from api.errors import LimitExceeded
 from chaos import events
 from chaos.agent_tools import CHAOS_AGENT_LOG, TOOL
 from chaos.conductor import Conductor, active_faults
-from chaos.plan import DrillOptions, knobs, timeline
+from chaos.plan import DrillOptions, Knob, Phase, knobs, timeline
 from chaos.processes import ROOT, Stack, free_port, wait_until
 from chaos.provider import FakeProvider
 from chaos.receiver import AlertReceiver, routes_install, routes_remove
@@ -127,8 +127,8 @@ class Drill:
             )
         record = DrillRecord(
             options=self.options,
-            phases=timeline(self.options),
-            knobs=knobs(self.options),
+            phases=self._timeline(),
+            knobs=self._knobs(),
             started_at=timezone.now(),
             database=database_url().rsplit("@", 1)[-1],
             redis=redis_description(),
@@ -160,6 +160,7 @@ class Drill:
             record.route_ids = routes_install(url=receiver.url)
             cleanup.callback(routes_remove, route_ids=record.route_ids)
             cleanup.callback(self._close_breaker_left_open, record)
+            self._set_up(record, cleanup)
             stack = Stack(self._environment(), log_dir)
             cleanup.callback(stack.stop)
             provider, web_url = self._start(stack)
@@ -178,13 +179,23 @@ class Drill:
             self._settle(record)
             record.billing = provider.billing()
             record.provider_stats = provider.stats()
+            # Kept beside the processes' logs: what the checks read, for a failure's post-mortem.
+            (log_dir / "provider-billing.json").write_text(provider.http.get("/_fake/billing").text)
+            (log_dir / "provider-stats.json").write_text(json.dumps(record.provider_stats))
             record.processes_died = stack.died()
             self.say("stopping the drill's processes")
             stack.stop()
+            self._forget_dead_workers(stack)
             record.metrics_command = self._metrics_check(stack.env)
             record.received = receiver.snapshot()
             return evaluate(record)
         raise AssertionError("unreachable")  # pragma: no cover - ExitStack does not swallow
+
+    def _forget_dead_workers(self, stack: Stack) -> None:
+        pids = {pid for process in stack.processes for pid, _started in process.known}
+        forgotten = events.forget_dead_workers(pids=pids)
+        if forgotten:
+            self.say(f"unregistered {forgotten} rq worker(s) the drill killed with -9")
 
     @staticmethod
     def _remove_capped_budget(record: DrillRecord) -> None:
@@ -199,6 +210,20 @@ class Drill:
             if events.breaker_close_as_staff(user=self.user):
                 self.say("closed the breaker the drill had opened")
 
+    # --- what a drill of another mix changes (chaos/mix.py) -------------------------------------
+
+    def _timeline(self) -> list[Phase]:
+        return timeline(self.options)
+
+    def _knobs(self) -> list[Knob]:
+        return knobs(self.options)
+
+    def _set_up(self, record: DrillRecord, cleanup: ExitStack) -> None:
+        """More set-up before the processes start; what it makes, ``cleanup`` takes away."""
+
+    def _tick(self, record: DrillRecord, t: float) -> None:
+        """Called with the conductor's tick, through the load and the drain."""
+
     # --- start ---------------------------------------------------------------------------------
 
     def _environment(self) -> dict[str, str]:
@@ -209,7 +234,7 @@ class Drill:
             PYTHONUNBUFFERED="1",
             LOG_LEVEL="INFO",
         )
-        env.update({knob.setting: knob.value for knob in knobs(self.options)})
+        env.update({knob.setting: knob.value for knob in self._knobs()})
         if self.options.agent_runs:
             env["LLM_AGENT_TOOL_MODULES"] = "agents.demo_tools,chaos.agent_tools"
             env[CHAOS_AGENT_LOG] = self._agent_log
@@ -264,7 +289,7 @@ class Drill:
         except LimitExceeded:
             if not capped:
                 raise
-            record.capped_refused_at_submit += 1  # its budget is spent: 429 at submit, as it should
+            record.refused_at_submit += 1  # its budget is spent: 429 at submit, as it should
             return
         record.job_ids.append(str(job.id))
         if capped and record.capped_budget_id is None:
@@ -326,6 +351,7 @@ class Drill:
                 submitted += 1
                 self._start_agent_run(record, submitted)
             conductor.tick(t)
+            self._tick(record, t)
             if t >= next_watch:
                 next_watch = t + 2.0
                 stack.watch()
@@ -358,8 +384,7 @@ class Drill:
     @staticmethod
     def _look_at_budgets(record: DrillRecord) -> None:
         """Every budget of the drill's, every two seconds: no window may be above its limit."""
-        ids = [i for i in (record.budget_id, record.capped_budget_id) if i is not None]
-        above, now = events.budget_windows_above_limit(budget_ids=ids)
+        above, now = events.budget_windows_above_limit(budget_ids=record.budget_ids())
         looks = record.budget_looks
         looks.looks += 1
         looks.above += above
@@ -374,6 +399,7 @@ class Drill:
         while time.monotonic() < deadline:
             t = time.monotonic() - self._clock
             conductor.tick(t)
+            self._tick(record, t)
             self._sample(record, t)
             left = LlmJob.objects.filter(id__in=record.job_ids).exclude(
                 status__in=LlmJob.FINAL_STATUSES

@@ -26,6 +26,7 @@ __all__ = [
     "breaker_close_as_staff",
     "breaker_now",
     "budget_windows_above_limit",
+    "forget_dead_workers",
     "held_before_call",
     "in_flight_jobs",
     "negative_values",
@@ -109,6 +110,17 @@ def unfinished_jobs() -> set[str]:
             "id", flat=True
         )[:100_000]
     }
+
+
+def forget_dead_workers(*, pids: set[int]) -> int:
+    """Unregister the rq workers of these (the drill's, all stopped) processes still listed on
+    this Redis: one killed with -9 stays listed until its key expires (minutes), and the next
+    drill would refuse to run beside it. Returns how many."""
+    redis = django_rq.get_connection(LLM_QUEUE)
+    stale = [worker for worker in Worker.all(connection=redis) if worker.pid in pids]
+    for worker in stale:
+        worker.register_death()
+    return len(stale)
 
 
 def redis_flush() -> int:

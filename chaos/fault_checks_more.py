@@ -32,10 +32,14 @@ def all_final(job_ids: set[str] | list[str]) -> tuple[int, int]:
 
 
 def failed_because(job_ids: set[str]) -> str:
-    """Their dead letters' reason codes, most common first: "<n> <reason_code>, ..."."""
+    """Their dead letters' reason codes, most common first: "<n> <reason_code>, ...", and how
+    many of them were cancelled (final, not completed, no dead letter)."""
     reasons = Counter(
         FailureRecord.objects.filter(job_id__in=list(job_ids)).values_list("reason_code", flat=True)
     )
+    cancelled = LlmJob.objects.filter(id__in=list(job_ids), status=LlmJob.Status.CANCELLED).count()
+    if cancelled:
+        reasons["cancelled"] += cancelled
     return ", ".join(f"{n} {reason}" for reason, n in reasons.most_common())
 
 

@@ -203,7 +203,7 @@ def knobs(options: DrillOptions) -> list[Knob]:
         Knob(
             "LLM_RECONCILE_INTERVAL",
             "5",
-            "15",
+            "10",
             "the reconciler looks every few seconds for jobs lost in the flush or left by the "
             "killed worker (not less: its stall alert fires after three intervals without a "
             "pass, and a pass under the drill's load can take seconds)",

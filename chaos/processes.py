@@ -21,7 +21,15 @@ from typing import IO
 
 from django.conf import settings
 
-__all__ = ["Process", "Stack", "descendants", "free_port", "procfile_command", "wait_until"]
+__all__ = [
+    "Process",
+    "Stack",
+    "descendants",
+    "free_port",
+    "is_zombie",
+    "procfile_command",
+    "wait_until",
+]
 
 ROOT = Path(settings.BASE_DIR)
 RESPAWN = ["python", "-m", "runtime.respawn", "--"]
@@ -66,6 +74,12 @@ def _stat(pid: int) -> list[str] | None:
         return None
     # The command name (2nd field) is in parentheses and may hold spaces: split after it.
     return stat.rsplit(")", 1)[1].split()
+
+
+def is_zombie(pid: int) -> bool:
+    """Dead, not reaped yet (also False once it is gone)."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] == "Z"
 
 
 def _parent_of(pid: int) -> int | None:

@@ -13,11 +13,13 @@ __all__ = ["BilledCall", "FakeProvider"]
 
 
 class BilledCall:
-    __slots__ = ("cost_usd", "how", "job_id", "request_id")
+    __slots__ = ("batch_id", "cost_usd", "how", "job_id", "request_id")
 
     def __init__(self, raw: dict[str, Any]) -> None:
         self.request_id: str = raw["request_id"]
-        self.job_id: str = raw["idempotency_key"]
+        self.batch_id: str = raw.get("batch_id", "")
+        # A message batch's item carries our job id as its custom_id, not as a header.
+        self.job_id: str = raw.get("custom_id") or raw["idempotency_key"]
         self.cost_usd = Decimal(raw["cost_usd"])
         self.how: str = raw["how"]
 
@@ -52,6 +54,15 @@ class FakeProvider:
         if wanted != self.applied:
             self.http.post("/_fake/faults", json=wanted).raise_for_status()
             self.applied = wanted
+
+    def settings(self, **settings: Any) -> None:
+        """Settings the drill keeps all along (the stream's pace, the batches' behaviour)."""
+        self.http.post("/_fake/faults", json=settings).raise_for_status()
+
+    def script(self, *, key: str, steps: list[Any]) -> None:
+        """The next calls carrying ``Idempotency-Key: key`` (a job id) answer ``steps``, in
+        order (fake_provider/scripts.py); then the configuration resumes."""
+        self.http.post("/_fake/faults", json={"next": steps, "key": key}).raise_for_status()
 
     def trickled(self) -> list[str]:
         """The job ids (Idempotency-Key) of the calls the provider has trickled (billed at once,

@@ -16,6 +16,7 @@ __all__ = [
     "FlushEvent",
     "KillEvent",
     "LongCallEvent",
+    "MixRecord",
     "ReconcilerStopEvent",
     "RevokeEvent",
     "TrickleEvent",
@@ -112,6 +113,30 @@ class RevokeEvent:
 
 
 @dataclass
+class MixRecord:
+    """What the mixed drill (chaos/mix.py) set up and did, beyond what every drill records."""
+
+    seed: int
+    plan: str
+    """The plan in words (chaos/mix_plan.py ``MixPlan.describe``)."""
+    kinds: dict[str, str] = field(default_factory=dict)
+    """job id -> the kind of work it was submitted as (turns of agent runs are not in it)."""
+    refused: dict[str, int] = field(default_factory=dict)
+    """kind -> submissions refused at submit (429); "run" for agent runs."""
+    key_ids: dict[str, int] = field(default_factory=dict)
+    """"parent" / "child" -> the API key's id."""
+    cancels_asked: dict[str, float] = field(default_factory=dict)
+    """job id -> seconds into its call when the cancel was asked for (it was running)."""
+    cancels_of_waiting: int = 0
+    """Cancels of jobs still waiting (queued or retrying: nothing in flight to stop)."""
+    cancels_missed: int = 0
+    """Jobs to cancel that ended before their moment came."""
+    events: list[str] = field(default_factory=list)
+    """The extra kills and flushes, as they happened."""
+    policies: list[str] = field(default_factory=list)
+
+
+@dataclass
 class BudgetLook:
     """The highest spend each budget's window showed at any look, and the looks above limit."""
 
@@ -155,8 +180,12 @@ class DrillRecord:
     revoke: RevokeEvent | None = None
     capped_budget_id: int | None = None
     """The drill's tight budget (one feature): some of its jobs must be refused."""
-    capped_refused_at_submit: int = 0
-    """Capped jobs refused at submit (429: the budget spent); they are not in job_ids."""
+    refused_at_submit: int = 0
+    """Jobs refused at submit (429: their budget spent); they are not in job_ids."""
+    more_budget_ids: list[int] = field(default_factory=list)
+    """The mixed drill's other budgets (its keys', chaos/mix.py): looked at like the others."""
+    mix: MixRecord | None = None
+    """What the mixed drill (``--mix``) did; None for the classic drill."""
     budget_looks: BudgetLook = field(default_factory=BudgetLook)
     negative_samples: int = 0
     negatives_seen: list[str] = field(default_factory=list)
@@ -170,3 +199,8 @@ class DrillRecord:
     drain_seconds: float = 0.0
     log_dir: str = ""
     notes: list[str] = field(default_factory=list)
+
+    def budget_ids(self) -> list[int]:
+        """Every budget of the drill's: looked at all along, and checked at the end."""
+        ids = [self.budget_id, self.capped_budget_id, *self.more_budget_ids]
+        return [budget_id for budget_id in ids if budget_id is not None]

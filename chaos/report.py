@@ -33,9 +33,13 @@ class Report:
         failed = [check.name for check in self.checks if not check.passed]
         verdict = "PASSED" if not failed else f"FAILED ({', '.join(failed)})"
         minutes, seconds = divmod(int(self.seconds), 60)
+        mix = self.record.mix
         return (
-            f"chaos drill {verdict}: {len(self.checks) - len(failed)}/{len(self.checks)} checks "
+            f"chaos drill {'(mixed) ' if mix else ''}{verdict}: "
+            f"{len(self.checks) - len(failed)}/{len(self.checks)} checks "
             f"passed, {self.record.options.jobs} jobs, {minutes} min {seconds:02d} s"
+            # A failing mixed drill is replayed from its seed.
+            + (f"; seed {mix.seed} (replay: --mix --seed {mix.seed})" if mix and failed else "")
         )
 
     def lines(self) -> list[str]:
@@ -50,6 +54,14 @@ class Report:
             f"{options.llm_workers} llm workers, provider latency {options.latency_ms} ms; "
             f"faults: {mix}",
             "timeline: " + (", ".join(p.describe() for p in record.phases) or "-"),
+            *(
+                [
+                    f"mix: seed {record.mix.seed}; {record.mix.plan}",
+                    "policies: " + "; ".join(record.mix.policies),
+                ]
+                if record.mix
+                else []
+            ),
             "scaled: " + ", ".join(f"{k.setting}={k.value} ({k.default})" for k in record.knobs),
             f"load {record.load_seconds:.0f} s, drain {record.drain_seconds:.0f} s",
         ]
@@ -67,6 +79,11 @@ class Report:
 
 def evaluate(record: DrillRecord) -> list[Check]:
     from chaos.agent_checks import agent_checks
+
+    if record.mix is not None:
+        from chaos.mix_checks import mix_checks
+
+        return mix_checks(record)
 
     return [
         *job_checks(record),

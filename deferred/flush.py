@@ -12,7 +12,7 @@ from django.db.models import Count, F, Min, Q
 from django.utils import timezone
 
 from deferred.models import ProviderBatch, ProviderBatchItem
-from deferred.report import UNSENT_AFTER_SECONDS, DeferredReport
+from deferred.report import DeferredReport, unsent_after_seconds
 from jobs.deadlines import deadline_passed
 from jobs.models import LlmJob
 from jobs.retry_policy import classify
@@ -210,8 +210,8 @@ def _fail_unsent(batch: ProviderBatch, jobs: list[LlmJob], error: BatchApiError)
 
 def recover_unsent(report: DeferredReport) -> None:
     """Batches claimed but never confirmed sent (the loop died during the call): their jobs'
-    attempts are booked as of unknown outcome and retried (jobs/services.py ``job_recover``)."""
-    cutoff = timezone.now() - timedelta(seconds=UNSENT_AFTER_SECONDS)
+    attempts are booked as of unknown outcome and retried (jobs/services/ ``job_recover``)."""
+    cutoff = timezone.now() - timedelta(seconds=unsent_after_seconds())
     for batch in ProviderBatch.objects.filter(
         status=ProviderBatch.Status.UNSENT, created_at__lt=cutoff
     ):

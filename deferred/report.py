@@ -2,18 +2,33 @@
 
 from dataclasses import dataclass
 
+from django.conf import settings
+
 from deferred.models import ProviderBatch
 
-__all__ = ["OPEN_STATUSES", "UNSENT_AFTER_SECONDS", "DeferredReport"]
+__all__ = ["OPEN_STATUSES", "DeferredReport", "unsent_after_seconds"]
 
 OPEN_STATUSES = (
     ProviderBatch.Status.IN_PROGRESS,
     ProviderBatch.Status.CANCELING,
     ProviderBatch.Status.ENDED,
 )
-UNSENT_AFTER_SECONDS = 300
-"""A batch claimed but not confirmed sent this long ago: its loop died between the claim and the
-provider's answer. Its jobs are recovered as attempts of unknown outcome (it may have been sent)."""
+UNSENT_MARGIN_SECONDS = 20.0
+
+
+def unsent_after_seconds() -> float:
+    """A batch claimed but not confirmed sent this long ago: its loop died between the claim and
+    the provider's answer. Its jobs are recovered as attempts of unknown outcome (it may have been
+    sent). A live loop's create lasts at most its connect (``LLM_PROVIDER_CONNECT_TIMEOUT``, 10 s)
+    and read (``LLM_DEFERRED_READ_TIMEOUT_SECONDS``, 60 s) timeouts: 20 s past those (90 s with
+    the defaults) no create is still in flight, and with the next pass
+    (``LLM_DEFERRED_POLL_SECONDS``, 10 s) a dead loop's jobs run again within two minutes, as a
+    dead worker's do."""
+    return (
+        settings.LLM_PROVIDER_CONNECT_TIMEOUT
+        + settings.LLM_DEFERRED_READ_TIMEOUT_SECONDS
+        + UNSENT_MARGIN_SECONDS
+    )
 
 
 @dataclass

@@ -18,7 +18,7 @@ them); each pass of ``manage.py deferred_batches --loop``:
    to come, and a loop killed between the claim and the send is recovered (``recover_unsent``).
 
 The flush is deferred/flush.py, the poll and the booking deferred/booking.py; the jobs'
-transitions are the services of jobs/services.py: these modules only decide which.
+transitions are the services of jobs/services/: these modules only decide which.
 """
 
 import logging

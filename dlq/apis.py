@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from alerts.models import Severity
 from api.errors import ApplicationError, NotFound, ValidationFailed
 from api.pagination import paginated_response
-from api.schema import PAGE_NOT_FOUND, error_headers, errors
+from api.schema import error_headers, errors, page_responses
 from dlq.models import FailureRecord
 from dlq.selectors import FILTERS, failure_list
 from dlq.services import failure_close, failure_requeue
@@ -106,18 +106,30 @@ class CanViewFailures(BasePermission):
         return request.user.has_perm("dlq.view_failurerecord")
 
 
-# The statuses every failure action answers beyond its own: staff only, the record by id.
-_ACTION_ERRORS = {403: ["permission_denied"], 404: ["failure_not_found"], 413: [], 415: []}
-
-
-def _action_result(name: str, flag: str, meaning: str) -> serializers.Serializer:
-    return inline_serializer(
+def _action_responses(name: str, flag: str, meaning: str, invalid: list[str]) -> dict:
+    """A failure action's answers: ``flag`` (``meaning``) with the failure as it then is, or
+    its ``400`` codes ``invalid`` and what every action answers: staff only, the record by id,
+    open records only."""
+    result = inline_serializer(
         name=name,
         fields={
             flag: serializers.BooleanField(help_text=meaning),
             "failure": FailureOutputSerializer(),
         },
     )
+    return {
+        200: result,
+        **errors(
+            {
+                400: invalid,
+                403: ["permission_denied"],
+                404: ["failure_not_found"],
+                409: ["failure_not_open"],
+                413: [],
+                415: [],
+            }
+        ),
+    }
 
 
 class FailureListApi(APIView):
@@ -137,13 +149,9 @@ class FailureListApi(APIView):
             OpenApiParameter("http_status", int, description="The provider's HTTP status."),
             *error_headers(),
         ],
-        responses={
-            200: FailureOutputSerializer(many=True),
-            **errors(
-                {400: ["invalid_filter"], 403: ["permission_denied"], 404: []},
-                descriptions=PAGE_NOT_FOUND,
-            ),
-        },
+        responses=page_responses(
+            FailureOutputSerializer, {400: ["invalid_filter"], 403: ["permission_denied"]}
+        ),
     )
     def get(self, request: Request) -> Response:
         filters = {k: str(v) for k, v in request.query_params.items() if k in FILTERS}
@@ -164,18 +172,12 @@ class FailureRequeueApi(APIView):
         summary="Requeue the failed job with a fresh retry budget, optionally on another model",
         request=InputSerializer,
         parameters=error_headers(),
-        responses={
-            200: _action_result(
-                "FailureRequeueResult", "requeued", "False when it was already requeued."
-            ),
-            **errors(
-                {
-                    400: ["invalid_model", "unknown_model", "invalid_max_tokens"],
-                    **_ACTION_ERRORS,
-                    409: ["failure_not_open"],
-                }
-            ),
-        },
+        responses=_action_responses(
+            "FailureRequeueResult",
+            "requeued",
+            "False when it was already requeued.",
+            ["invalid_model", "unknown_model", "invalid_max_tokens"],
+        ),
     )
     def post(self, request: Request, failure_id: int) -> Response:
         _require(request, "requeue_failurerecord", "requeue")
@@ -206,18 +208,12 @@ class FailureResolveApi(APIView):
         summary="Close the failure as resolved or ignored, with a comment",
         request=InputSerializer,
         parameters=error_headers(),
-        responses={
-            200: _action_result(
-                "FailureResolveResult", "changed", "False when it already was in that state."
-            ),
-            **errors(
-                {
-                    400: ["invalid_comment", "invalid_state"],
-                    **_ACTION_ERRORS,
-                    409: ["failure_not_open"],
-                }
-            ),
-        },
+        responses=_action_responses(
+            "FailureResolveResult",
+            "changed",
+            "False when it already was in that state.",
+            ["invalid_comment", "invalid_state"],
+        ),
     )
     def post(self, request: Request, failure_id: int) -> Response:
         data = _validated(self.InputSerializer, request.data)

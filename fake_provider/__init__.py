@@ -1,7 +1,8 @@
 """The project's own fake Anthropic Messages API (see app.py); run it with
 ``python manage.py fake_anthropic``."""
 
-from .app import FakeAnthropicApp, FakeServer, build_server, create_app
+from .app import FakeAnthropicApp, create_app
+from .server import FakeServer, build_server
 from .state import PRICES, FakeProviderState
 
 __all__ = [

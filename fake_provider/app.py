@@ -7,11 +7,13 @@ Routes:
     POST /openai/v1/chat/completions   the OpenAI-compatible API (openai_compat.py): the same
                              replies, faults and scripts, in that API's words
     POST /openai/v1/embeddings   deterministic unit vectors, float or base64
-                             (openai_embeddings.py), with the same faults and scripts
+                             (openai_embeddings.py), with the same faults and scripts, and its
+                             own: repeat_index, skip_index (a 200 with wrong ``index`` fields)
     POST /v1/messages/batches    the Message Batches API (batches.py): create; GET lists them;
     GET  /v1/messages/batches/{id}   one batch (DELETE deletes an ended one);
     POST /v1/messages/batches/{id}/cancel, GET .../results (JSONL, once ended); items end over
                              "batch_processing_seconds", billed at half price
+    POST /v1/messages/count_tokens   the input tokens of a Messages body (count_tokens.py)
     GET  /_fake/health       {"ok": true}
     GET  /_fake/stats        counters and the bill (see below)
     GET  /_fake/billing      every billed call: request id, Idempotency-Key, cost, how it ended
@@ -75,15 +77,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import uvicorn
-
 from .batches import BATCHES_PATH, MAX_BATCH_BYTES, advance_batches
 from .batches import handle as answer_batches
+from .count_tokens import COUNT_TOKENS_PATH, count_tokens
 from .openai_compat import CHAT_COMPLETIONS_PATH, OPENAI_ONLY_FAULTS, chat_completions
 from .openai_embeddings import EMBEDDINGS_PATH, embeddings
 from .responses import (
@@ -112,7 +111,7 @@ from .state import (
 )
 from .streaming import STREAM_FAULTS, StreamPlan, stream_answer
 
-__all__ = ["FakeAnthropicApp", "FakeServer", "build_server", "create_app"]
+__all__ = ["FakeAnthropicApp", "create_app"]
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # the Messages API limit
 _BILLED_AS = {
@@ -204,11 +203,12 @@ class FakeAnthropicApp:
         if path == "/v1/messages":
             if method == "POST":
                 key = dict(scope["headers"]).get(b"idempotency-key", b"").decode("latin-1")
-                self.state.call_started(key)
+                arrived = self.state.call_started(key)
                 try:
                     return await self.messages(scope, receive, send)
                 finally:
-                    self.state.call_ended(key)
+                    client = (scope.get("client") or ("", 0))[0]
+                    self.state.call_ended(key, client=client, arrived=arrived)
             return await self.plain_error(
                 send, ApiError(405, f"Method {method} not allowed for {path}")
             )
@@ -238,9 +238,11 @@ class FakeAnthropicApp:
             ("GET", "/_fake/billing"): lambda body: self.settled().billing_log(),
             ("GET", "/_fake/arrivals"): lambda body: self.state.arrival_log(),
             ("GET", "/_fake/in_flight"): lambda body: self.state.calls_in_flight(),
+            ("GET", "/_fake/calls"): lambda body: self.state.call_log(),
             ("GET", "/_fake/faults"): lambda body: self.state.describe(),
             ("POST", "/_fake/faults"): self.set_faults,
             ("POST", "/_fake/reset"): self.reset,
+            ("POST", COUNT_TOKENS_PATH): count_tokens,
         }
         handler = routes.get((method, path))
         if handler is None:
@@ -590,62 +592,3 @@ class FakeAnthropicApp:
 
 def create_app(state: FakeProviderState | None = None) -> FakeAnthropicApp:
     return FakeAnthropicApp(state)
-
-
-# --- serving ------------------------------------------------------------------------------------
-
-
-class _DropLogFilter(logging.Filter):
-    """A drop ends the response on purpose; uvicorn would log it as an application error."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.getMessage() != "ASGI callable returned without completing response."
-
-
-def build_server(app: FakeAnthropicApp, host: str = "127.0.0.1", port: int = 8787) -> FakeServer:
-    """uvicorn on the asyncio loop with h11, a 2048 backlog, no concurrency limit, keep-alive on."""
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level="warning",
-        backlog=2048,
-        loop="asyncio",
-        http="h11",
-        lifespan="on",
-        limit_concurrency=None,
-        timeout_keep_alive=15,
-        timeout_graceful_shutdown=3,
-        access_log=False,
-    )
-    error_log = logging.getLogger("uvicorn.error")
-    if not any(isinstance(f, _DropLogFilter) for f in error_log.filters):
-        error_log.addFilter(_DropLogFilter())
-    server = FakeServer(config)
-    server.fake_app = app
-    return server
-
-
-class FakeServer(uvicorn.Server):
-    """uvicorn.Server that records the bound port (port 0 picks a free one) and sets ``ready``
-    (a threading.Event) once it listens, after calling ``on_started(server)`` if given."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = threading.Event()
-        self.bound_port: int | None = None
-        self.on_started: Callable[[FakeServer], None] | None = None
-        self.fake_app: FakeAnthropicApp | None = None
-
-    async def startup(self, sockets: Any = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            self.bound_port = self.servers[0].sockets[0].getsockname()[1]
-            if self.on_started:
-                self.on_started(self)
-            self.ready.set()
-
-    async def shutdown(self, sockets: Any = None) -> None:
-        if self.fake_app is not None:
-            self.fake_app.closing.set()
-        await super().shutdown(sockets)

@@ -32,8 +32,10 @@ from .streaming import BREAK_SHARE, STREAM_FAULTS, text_chunks
 __all__ = ["CHAT_COMPLETIONS_PATH", "OPENAI_ONLY_FAULTS", "chat_completions"]
 
 CHAT_COMPLETIONS_PATH = "/openai/v1/chat/completions"
-OPENAI_ONLY_FAULTS = ("insufficient_quota",)
-"""Faults of this API alone: the Messages API answers a call that draws one."""
+OPENAI_ONLY_FAULTS = ("insufficient_quota", "repeat_index", "skip_index")
+"""Faults of this API alone: the Messages API answers a call that draws one. ``repeat_index``
+and ``skip_index`` are the Embeddings endpoint's (openai_embeddings.py): a chat completion that
+draws one is answered as usual."""
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]

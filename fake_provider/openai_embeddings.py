@@ -12,6 +12,12 @@ The chat endpoint's faults and scripts apply (``/_fake/faults``): ``429`` as
 ``stall``/``timeout`` as a request that hangs until the client leaves (nothing streams here).
 ``/_fake/stats`` counts the texts embedded (``embedded_inputs``), so that a test can see that
 identical inputs were embedded once.
+
+Two faults of this endpoint alone answer a 200 whose ``index`` fields are wrong, with as many
+vectors as inputs (billed like a success): ``repeat_index`` gives the last vector the first's
+index (0), ``skip_index`` gives it one past the end (n), so an index is missing. A client that
+checks only the count stores vectors against the wrong inputs. With one input, ``repeat_index``
+answers correctly (there is no other index to repeat).
 """
 
 from __future__ import annotations
@@ -152,6 +158,10 @@ async def embeddings(
         }
         for index, text in enumerate(texts)
     ]
+    if fault == "repeat_index":
+        data[-1]["index"] = 0
+    elif fault == "skip_index":
+        data[-1]["index"] = len(texts)
     answer = {
         "object": "list",
         "data": data,

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .codes import FAULT_CODES, parse_latency
+
 __all__ = ["KEY_TTL_SECONDS", "MAX_STEPS", "Scripts", "Step", "parse_key", "parse_script"]
 
 KEY_TTL_SECONDS = 3600.0
@@ -51,8 +53,6 @@ class Step:
 
 
 def _step(value: Any) -> Step:
-    from .state import FAULT_CODES, parse_latency  # here: state.py imports this module
-
     latency = None
     if isinstance(value, dict):
         if set(value) - {"answer", "latency_ms"} or "answer" not in value:

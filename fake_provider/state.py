@@ -23,19 +23,35 @@ from __future__ import annotations
 
 import math
 import random
-import re
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .codes import (
+    FAULT_CODES,
+    parse_batch_seconds,
+    parse_fault,
+    parse_faults,
+    parse_latency,
+    parse_rate_window,
+    parse_rpm,
+    parse_share,
+    parse_short_interval,
+    parse_stream_pace,
+)
+from .prices import (
+    PRICES,
+    WEB_SEARCH_USD,
+    Price,
+    openai_price_for,
+    price_for,
+)
+from .rate_windows import RateDecision, TokenSlot, TokenWindow
 from .scripts import Scripts
-
-if TYPE_CHECKING:
-    from .batches import Batch
 
 __all__ = [
     "FAULT_CODES",
@@ -54,23 +70,23 @@ __all__ = [
     "parse_rpm",
     "parse_share",
     "parse_short_interval",
+    "parse_stream_pace",
+    "openai_price_for",
     "price_for",
 ]
 
 WINDOW_SECONDS = 60.0
 ARRIVAL_LOG_LIMIT = 10_000
 """Arrival times kept for ``GET /_fake/arrivals``: what a pacing test reads, on our clock."""
+CALL_LOG_LIMIT = 200_000
+"""Ended Messages API calls kept for ``GET /_fake/calls``: who called (the client's address),
+with which Idempotency-Key, when it arrived and ended; a cluster drill tells hosts apart by it."""
 BILLING_LOG_LIMIT = 200_000
 """Billed calls kept for ``GET /_fake/billing`` (the oldest fall off): a chaos drill's few
 thousand calls fit many times over, a fake provider left running for days stays bounded."""
 DEFAULT_CACHE_TTL = "5m"
 CACHE_TTLS = {"5m": 300.0, "1h": 3600.0}
 
-FAULT_CODES = (
-    "400", "401", "403", "404", "409", "413", "429", "500", "502", "503", "504", "529",
-    "spendcap", "credit", "context", "usagelimit", "timeout", "drop", "garbage", "trickle",
-    "overloaded_midstream", "stall", "insufficient_quota",
-)  # fmt: skip
 BATCH_PROCESSING_SECONDS = 1.0
 """How long a message batch (batches.py) takes by default: its items end spread over it."""
 BATCH_OUTCOMES = ("succeeded", "errored", "canceled", "expired")
@@ -78,200 +94,8 @@ TRICKLE_INTERVAL_SECONDS = 1.0
 """A ``trickle`` answer sends one byte of its body this often: no read timeout ever fires."""
 
 
-@dataclass(frozen=True)
-class Price:
-    """USD per million tokens."""
-
-    input: Decimal
-    cache_write_5m: Decimal
-    cache_write_1h: Decimal
-    cache_read: Decimal
-    output: Decimal
-    max_output_tokens: int
-
-
-def _price(values: str, max_output_tokens: int) -> Price:
-    inp, write_5m, write_1h, read, out = (Decimal(v) for v in values.split("/"))
-    return Price(inp, write_5m, write_1h, read, out, max_output_tokens)
-
-
-WEB_SEARCH_USD = Decimal("0.01")
-"""The web search server tool's fee per search ($10 per 1,000 searches)."""
-
-# The "provider's" own price list (input / 5-min write / 1-hour write / cache read / output).
-PRICES: dict[str, Price] = {
-    "claude-opus-4-6": _price("5/6.25/10/0.50/25", 128_000),
-    "claude-opus-4-5": _price("5/6.25/10/0.50/25", 64_000),
-    "claude-opus-4-1": _price("15/18.75/30/1.50/75", 32_000),
-    "claude-sonnet-4-6": _price("3/3.75/6/0.30/15", 64_000),
-    "claude-sonnet-4-5": _price("3/3.75/6/0.30/15", 64_000),
-    "claude-sonnet-4": _price("3/3.75/6/0.30/15", 64_000),
-    "claude-haiku-4-5": _price("1/1.25/2/0.10/5", 64_000),
-}
-_DATED = re.compile(r"^(.*)-\d{8}$")
-
-
-# The OpenAI-compatible API's list (openai_compat.py); any other model it is asked for is a
-# self-hosted one, served at no cost (as an Ollama or vLLM would).
-OPENAI_PRICES: dict[str, Price] = {
-    "gpt-4o-mini": _price("0.15/0.15/0.15/0.075/0.60", 16_384),
-    "gpt-4.1": _price("2/2/2/0.50/8", 32_768),
-    "text-embedding-3-small": _price("0.02/0.02/0.02/0.02/0", 1),
-    "text-embedding-3-large": _price("0.13/0.13/0.13/0.13/0", 1),
-}
-SELF_HOSTED_PRICE = _price("0/0/0/0/0", 131_072)
-
-
-def openai_price_for(model: str) -> Price:
-    """The OpenAI-compatible API's price of a model: listed, or free (self-hosted)."""
-    return OPENAI_PRICES.get(model, SELF_HOSTED_PRICE)
-
-
-def price_for(model: str) -> Price | None:
-    """The price of a model id, also for dated ids such as claude-sonnet-4-5-20250929."""
-    if model in PRICES:
-        return PRICES[model]
-    match = _DATED.match(model)
-    return PRICES.get(match.group(1)) if match else None
-
-
 def format_rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# --- option parsing (shared by the command line and the control endpoint) ----------------------
-
-
-def parse_latency(value: Any) -> tuple[int, int]:
-    """50 or "50" -> (50, 50); "20-400" or (20, 400) -> (20, 400) milliseconds; or ValueError."""
-    if isinstance(value, bool):
-        raise ValueError(f"latency must be MS or MIN-MAX milliseconds, not {value!r}")
-    if isinstance(value, int):
-        low = high = value
-    elif (
-        isinstance(value, (tuple, list)) and len(value) == 2 and all(type(v) is int for v in value)
-    ):
-        low, high = value
-    else:
-        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", str(value))
-        if not match:
-            raise ValueError(f"latency must be MS or MIN-MAX milliseconds, not {value!r}")
-        low = int(match.group(1))
-        high = int(match.group(2)) if match.group(2) is not None else low
-    if low < 0 or high < low:
-        raise ValueError(f"latency range must satisfy 0 <= MIN <= MAX, not {value!r}")
-    if high > 600_000:
-        raise ValueError(f"latency must be at most 600000 ms, not {value!r}")
-    return low, high
-
-
-def parse_rpm(value: Any) -> int | None:
-    """A positive integer, or None / 0 for no limit. Raises ValueError."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"rpm must be a positive integer, not {value!r}")
-    try:
-        rpm = int(value)
-    except ValueError:
-        raise ValueError(f"rpm must be a positive integer, not {value!r}") from None
-    if rpm < 0:
-        raise ValueError(f"rpm must be a positive integer, not {value!r}")
-    return rpm or None
-
-
-def parse_rate_window(value: Any) -> float:
-    """Seconds of the rate-limit window: a number in (0, 3600]. Raises ValueError."""
-    if isinstance(value, bool):
-        raise ValueError(f"rate_window_seconds must be a number of seconds, not {value!r}")
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"rate_window_seconds must be a number of seconds, not {value!r}"
-        ) from None
-    if not 0 < seconds <= 3600:
-        raise ValueError(f"rate_window_seconds must be in (0, 3600], not {value!r}")
-    return seconds
-
-
-def parse_short_interval(value: Any) -> float | None:
-    """Seconds over which the requests limit is also enforced: None / 0 for none, or a number
-    in (0, 3600]. Raises ValueError."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ValueError(f"short_interval_seconds must be a number of seconds, not {value!r}")
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"short_interval_seconds must be a number of seconds, not {value!r}"
-        ) from None
-    if seconds == 0:
-        return None
-    if not 0 < seconds <= 3600:
-        raise ValueError(f"short_interval_seconds must be in (0, 3600], not {value!r}")
-    return seconds
-
-
-def _rate(code: str, rate: Any) -> float:
-    if code not in FAULT_CODES:
-        raise ValueError(f"unknown fault code {code!r}; known: {', '.join(FAULT_CODES)}")
-    if isinstance(rate, bool):
-        raise ValueError(f"fault rate for {code} must be a number in 0..1, not {rate!r}")
-    try:
-        value = float(rate)
-    except (TypeError, ValueError):
-        raise ValueError(f"fault rate for {code} must be a number in 0..1, not {rate!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"fault rate for {code} must be a number in 0..1, not {rate!r}")
-    return value
-
-
-def parse_fault(spec: str) -> tuple[str, float]:
-    """ "529:0.2" -> ("529", 0.2). Raises ValueError."""
-    code, sep, rate = spec.strip().partition(":")
-    if not sep:
-        raise ValueError(f"fault must be CODE:RATE (e.g. 529:0.2), not {spec!r}")
-    code = code.strip().lower()
-    return code, _rate(code, rate.strip())
-
-
-def parse_stream_pace(value: Any) -> float | None:
-    """Output tokens a second of a streamed answer: a positive number, or None / 0 for no pace."""
-    if value is None or value == 0:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"stream_tokens_per_second must be a positive number, not {value!r}")
-    return float(value)
-
-
-def parse_batch_seconds(value: Any) -> float:
-    """How long a message batch takes: a number of seconds in [0, 86400] (its 24 hours)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 86_400:
-        raise ValueError(f"batch_processing_seconds must be a number in [0, 86400], not {value!r}")
-    return float(value)
-
-
-def parse_share(name: str, value: Any) -> float:
-    """A share of a batch's items: a number in [0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ValueError(f"{name} must be a number in [0, 1], not {value!r}")
-    return float(value)
-
-
-def parse_faults(
-    faults: Mapping[str, Any] | Iterable[tuple[str, Any]],
-) -> tuple[tuple[str, float], ...]:
-    """Ordered, validated (code, rate) pairs; a repeated code keeps its last rate."""
-    items = faults.items() if isinstance(faults, Mapping) else faults
-    merged: dict[str, float] = {}
-    for code, rate in items:
-        code = str(code).strip().lower()
-        merged.pop(code, None)
-        merged[code] = _rate(code, rate)
-    return tuple((code, rate) for code, rate in merged.items() if rate > 0)
 
 
 @dataclass(frozen=True)
@@ -333,74 +157,6 @@ class Config:
         return ",".join(f"{code}:{rate:g}" for code, rate in self.faults) or "none"
 
 
-@dataclass(frozen=True)
-class RateDecision:
-    allowed: bool
-    limit: int | None
-    """The requests limit; None when only token limits are set."""
-    remaining: int
-    reset: str
-    retry_after: int
-    token_headers: tuple[tuple[str, str], ...] = ()
-    slots: tuple[tuple[str, _TokenSlot], ...] = ()
-    """("input" | "output", entry) this request holds in the token windows (settled later)."""
-
-    def headers(self) -> list[tuple[str, str]]:
-        requests = []
-        if self.limit is not None:
-            requests = [
-                ("anthropic-ratelimit-requests-limit", str(self.limit)),
-                ("anthropic-ratelimit-requests-remaining", str(self.remaining)),
-                ("anthropic-ratelimit-requests-reset", self.reset),
-            ]
-        return [*requests, *self.token_headers]
-
-
-class _TokenSlot:
-    """One request's tokens in a token window; corrected to the real count after the answer."""
-
-    __slots__ = ("at", "live", "owner", "tokens")
-
-    def __init__(self, at: float, tokens: int, owner: _TokenWindow) -> None:
-        self.at, self.tokens, self.owner, self.live = at, tokens, owner, True
-
-
-class _TokenWindow:
-    """Tokens admitted in the last ``seconds``: a sliding window with a running sum."""
-
-    def __init__(self) -> None:
-        self.slots: deque[_TokenSlot] = deque()
-        self.used = 0
-
-    def trim(self, now: float, seconds: float) -> None:
-        while self.slots and self.slots[0].at <= now - seconds:
-            slot = self.slots.popleft()
-            slot.live = False
-            self.used -= slot.tokens
-
-    def wait_for(self, tokens: int, limit: int, now: float, seconds: float) -> float:
-        """Seconds until ``tokens`` more fit under ``limit`` as the oldest entries leave."""
-        excess, freed = self.used + tokens - limit, 0
-        for slot in self.slots:
-            freed += slot.tokens
-            if freed >= excess:
-                return slot.at + seconds - now
-        return seconds
-
-    def admit(self, at: float, tokens: int) -> _TokenSlot:
-        slot = _TokenSlot(at, tokens, self)
-        self.slots.append(slot)
-        self.used += tokens
-        return slot
-
-    def settle(self, slot: _TokenSlot, tokens: int) -> None:
-        # A slot that already left the window (or belongs to one from before a reset) no longer
-        # counts here.
-        if slot.live and slot.owner is self:
-            self.used += tokens - slot.tokens
-        slot.tokens = tokens
-
-
 _TOKEN_FIELDS = (
     "input_tokens",
     "output_tokens",
@@ -454,13 +210,15 @@ class FakeProviderState:
         # The Idempotency-Key (our job id) of each call in flight: which jobs' calls have left.
         if not hasattr(self, "keys_in_flight"):
             self.keys_in_flight: Counter[str] = Counter()
+        # (Idempotency-Key, client address, arrived, ended) of each ended call, wall clock.
+        self.calls: deque[tuple[str, str, float, float]] = deque(maxlen=CALL_LOG_LIMIT)
         self._persistent = self.start_config
         self._override: Config | None = None
         self._override_until: float | None = None
         self.rng = random.Random(self.seed)
         self._window: deque[float] = deque()
-        self._input_window = _TokenWindow()
-        self._output_window = _TokenWindow()
+        self._input_window = TokenWindow()
+        self._output_window = TokenWindow()
         self._cache: dict[tuple[str, str], float] = {}
         self.scripts = Scripts(self._clock)
         self.requests = 0
@@ -471,6 +229,9 @@ class FakeProviderState:
         self.embedded_inputs = 0
         self.billed = dict.fromkeys(_TOKEN_FIELDS, 0)
         self.cost = Decimal(0)
+        # The same bill per model: tokens of each kind and the cost (the money checks compare
+        # the ledger with it model by model).
+        self.billed_by_model: dict[str, dict[str, Any]] = {}
         # One entry per billed call: (request id, Idempotency-Key, cost, how it ended, output
         # tokens, (batch id, custom_id) of a batch item or None).
         self.billing: deque[tuple[str, str, Decimal, str, int, tuple[str, str] | None]] = deque(
@@ -478,7 +239,7 @@ class FakeProviderState:
         )
         self.billing_evicted = 0
         # Message batches (batches.py), oldest first; their items' outcomes and bill.
-        self.batches: dict[str, Batch] = {}
+        self.batches: dict[str, Any] = {}  # batches.py's Batch, by id
         self.batch_requests = 0
         self.batch_results = dict.fromkeys(BATCH_OUTCOMES, 0)
         self.batch_cost = Decimal(0)
@@ -569,7 +330,7 @@ class FakeProviderState:
             if limit is not None and token_window.used + cost > limit:
                 waits.append(token_window.wait_for(cost, limit, now, seconds))
         allowed = not waits
-        slots: list[tuple[str, _TokenSlot]] = []
+        slots: list[tuple[str, TokenSlot]] = []
         if allowed:
             if rpm is not None:
                 window.append(now)
@@ -646,15 +407,21 @@ class FakeProviderState:
 
     # --- counters -------------------------------------------------------------------------------
 
-    def call_started(self, idempotency_key: str = "") -> None:
-        """A POST /v1/messages arrived; it is in flight until ``call_ended``."""
+    def call_started(self, idempotency_key: str = "") -> float:
+        """A POST /v1/messages arrived; it is in flight until ``call_ended``. Returns when it
+        arrived (wall clock), for ``call_ended``'s log."""
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         if idempotency_key:
             self.keys_in_flight[idempotency_key] += 1
+        return self._wall()
 
-    def call_ended(self, idempotency_key: str = "") -> None:
+    def call_ended(
+        self, idempotency_key: str = "", *, client: str = "", arrived: float | None = None
+    ) -> None:
         self.in_flight -= 1
+        if arrived is not None:
+            self.calls.append((idempotency_key, client, arrived, self._wall()))
         if idempotency_key:
             self.keys_in_flight[idempotency_key] -= 1
             if self.keys_in_flight[idempotency_key] <= 0:
@@ -705,8 +472,12 @@ class FakeProviderState:
         item (``batch_item``: its batch id and custom_id) also counts under ``batch_cost``."""
         if epoch is not None and epoch != self.epoch:
             return Decimal(0)
+        by_model = self.billed_by_model.setdefault(
+            price.model, {**dict.fromkeys(_TOKEN_FIELDS, 0), "cost": Decimal(0)}
+        )
         for name in _TOKEN_FIELDS:
             self.billed[name] += usage[name]
+            by_model[name] += usage[name]
         split = usage["cache_creation"]
         cost = (
             usage["input_tokens"] * price.input
@@ -718,6 +489,7 @@ class FakeProviderState:
         searches = (usage.get("server_tool_use") or {}).get("web_search_requests", 0)
         cost += searches * WEB_SEARCH_USD
         self.cost += cost
+        by_model["cost"] += cost
         if batch_item is not None:
             self.batch_cost += cost
         if len(self.billing) == self.billing.maxlen:
@@ -744,6 +516,16 @@ class FakeProviderState:
             "evicted": self.billing_evicted,
         }
 
+    def call_log(self) -> dict[str, Any]:
+        """Every ended Messages API call, oldest first (not cleared by a reset: a call in flight
+        across one ends after it)."""
+        return {
+            "calls": [
+                {"idempotency_key": key, "client": client, "arrived": arrived, "ended": ended}
+                for key, client, arrived, ended in self.calls
+            ]
+        }
+
     def calls_in_flight(self) -> dict[str, Any]:
         """The Idempotency-Keys (our job ids) of the calls in flight now."""
         return {"keys": sorted(self.keys_in_flight)}
@@ -767,6 +549,13 @@ class FakeProviderState:
                 **self.billed,
                 "cost_usd": format(self.cost.normalize(), "f"),
                 "batch_cost_usd": format(self.batch_cost.normalize(), "f"),
+            },
+            "billed_by_model": {
+                model: {
+                    **{name: bill[name] for name in _TOKEN_FIELDS},
+                    "cost_usd": format(bill["cost"].normalize(), "f"),
+                }
+                for model, bill in sorted(self.billed_by_model.items())
             },
         }
 

@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from api.errors import ApplicationError, ValidationFailed
 from api.pagination import paginated_response
-from api.schema import PAGE_NOT_FOUND, error_headers, errors
+from api.schema import error_headers, errors, page_responses
 from features.models import FeaturePolicy
 from features.selectors import feature_policies, feature_policy_for
 from features.services import UNCHANGED, feature_policy_update, validate_feature
@@ -86,10 +86,7 @@ class FeatureListApi(APIView):
         operation_id="features_list",
         summary="Every feature policy (staff with the view or change permission)",
         parameters=error_headers(),
-        responses={
-            200: FeaturePolicyOutputSerializer(many=True),
-            **errors({403: ["permission_denied"], 404: []}, descriptions=PAGE_NOT_FOUND),
-        },
+        responses=page_responses(FeaturePolicyOutputSerializer, {403: ["permission_denied"]}),
     )
     def get(self, request: Request) -> Response:
         return paginated_response(

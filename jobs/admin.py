@@ -11,6 +11,8 @@ from jobs.breaker import breaker_close
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.services import job_cancel
 from llmops.admin import ReadOnlyAdmin
+from webhooks.admin import deliveries_cell
+from webhooks.models import Subject
 
 
 @admin.register(LlmJob)
@@ -30,7 +32,7 @@ class LlmJobAdmin(admin.ModelAdmin):
     search_fields = ["=id", "idempotency_key"]
     list_select_related = ["user"]
     date_hierarchy = "created_at"
-    readonly_fields = [f.name for f in LlmJob._meta.fields] + ["sent_messages"]
+    readonly_fields = [f.name for f in LlmJob._meta.fields] + ["sent_messages", "webhooks"]
     actions = ["cancel_jobs"]
 
     @admin.display(description="messages sent")
@@ -39,6 +41,11 @@ class LlmJobAdmin(admin.ModelAdmin):
         if job.messages_ref is None:
             return "(the messages above)"
         return json.dumps(job.request_messages, indent=1, ensure_ascii=False)
+
+    @admin.display(description="webhooks")
+    def webhooks(self, job: LlmJob) -> str:
+        """Its final states POSTed to its callback_url, linked to the delivery log."""
+        return deliveries_cell(subject_kind=Subject.JOB, subject_id=job.id)
 
     @admin.action(
         description="Cancel the selected jobs (a running one's stream is closed)",

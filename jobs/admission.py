@@ -6,14 +6,15 @@ import hashlib
 import math
 from dataclasses import replace
 from datetime import timedelta
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import User
 from django.utils import timezone
 
 from api.errors import LimitExceeded, ValidationFailed
-from ledger.budgets import budgets_exhausted_for
-from ledger.models import ModelPrice
+from ledger.budgets import budget_usage, budgets_for
+from ledger.models import Budget, ModelPrice
 from ledger.selectors import price_for_model, unknown_model_error
 from providers.selectors import provider_name_for_model, provider_row
 
@@ -28,10 +29,10 @@ __all__ = [
 ]
 
 
-def check_against_price_table(*, model: str, max_tokens: int, kind: str = "chat") -> None:
+def check_against_price_table(*, model: str, max_tokens: int, kind: str = "chat") -> ModelPrice:
     """A model must have a price and be of the job's kind (chat, or embedding), and
     ``max_tokens`` must fit the model's own output limit (kept beside its price): every call
-    streams, so no call-length ceiling applies below it."""
+    streams, so no call-length ceiling applies below it. Returns the price in force."""
     price = price_for_model(model=model)
     if price is None:
         raise unknown_model_error(model)
@@ -60,39 +61,77 @@ def check_against_price_table(*, model: str, max_tokens: int, kind: str = "chat"
             code="invalid_max_tokens",
             detail={"field": "max_tokens", "maximum": maximum},
         )
+    return price
 
 
-def check_budgets_not_spent(*, feature: str, user: User, api_key_id: int | None = None) -> None:
-    """A feature, user or API key whose hard budget is already spent this window gets 429 at
-    submit, with ``Retry-After`` at the window reset, and nothing is written."""
-    exhausted = budgets_exhausted_for(feature=feature, user_id=user.id, api_key_id=api_key_id)
-    if not exhausted:
+def check_budgets_not_spent(
+    *,
+    feature: str,
+    user: User,
+    api_key_id: int | None = None,
+    worst_case_usd: Decimal = Decimal(0),
+) -> None:
+    """A job that no hard budget of its feature, user or API key can take gets 429 at submit,
+    and nothing is written: a budget already spent this window (``Retry-After`` at its reset),
+    a ``reject`` budget whose window cannot take the job's worst case (``worst_case_usd``, one
+    attempt at its upper bound) on top of what it spent, or any budget whose whole limit is
+    below that worst case (it never could: no ``Retry-After``)."""
+    budgets = budgets_for(feature=feature, user_id=user.id, api_key_id=api_key_id)
+    refused, never = [], False
+    for budget in budgets:
+        usage = budget_usage(budget=budget)
+        if usage.exhausted:
+            refused.append(usage)
+        elif worst_case_usd > budget.limit_usd:
+            refused.append(usage)
+            never = True
+        elif (
+            budget.on_exceed == Budget.OnExceed.REJECT
+            and usage.spent_usd + worst_case_usd > budget.limit_usd
+        ):
+            refused.append(usage)
+    if not refused:
         return
-    reset = max(usage.window_end for usage in exhausted)
+    reset = max(usage.window_end for usage in refused)
     retry_after = max(1, math.ceil((reset - timezone.now()).total_seconds()))
-    raise LimitExceeded(
-        "This budget is spent for the current window: "
-        + ", ".join(
-            f"{u.budget.name} ({u.budget.period}: ${u.spent_usd} of ${u.budget.limit_usd})"
-            for u in exhausted
-        )
-        + f". It resets at {reset.isoformat()}.",
-        code="budget_exceeded",
-        detail={
-            "budgets": [
-                {
-                    "budget": u.budget.name,
-                    "period": u.budget.period,
-                    "limit_usd": str(u.budget.limit_usd),
-                    "spent_usd": str(u.spent_usd),
-                    "resets_at": u.window_end.isoformat(),
-                }
-                for u in exhausted
-            ],
-            "retry_after_seconds": retry_after,
-        },
-        headers={"Retry-After": str(retry_after)},
+    listed = ", ".join(
+        f"{u.budget.name} ({u.budget.period}: ${u.spent_usd} of ${u.budget.limit_usd})"
+        for u in refused
     )
+    if worst_case_usd and any(not u.exhausted for u in refused):
+        message = (
+            f"This job could cost up to ${worst_case_usd} (its input and max_tokens at the "
+            f"model's price), more than this budget can take: {listed}. "
+            + (
+                "Raise the budget or lower max_tokens."
+                if never
+                else f"It resets at {reset.isoformat()}."
+            )
+        )
+    else:
+        message = (
+            f"This budget is spent for the current window: {listed}. "
+            f"It resets at {reset.isoformat()}."
+        )
+    detail: dict[str, Any] = {
+        "budgets": [
+            {
+                "budget": u.budget.name,
+                "period": u.budget.period,
+                "limit_usd": str(u.budget.limit_usd),
+                "spent_usd": str(u.spent_usd),
+                "resets_at": u.window_end.isoformat(),
+            }
+            for u in refused
+        ],
+    }
+    if worst_case_usd:
+        detail["worst_case_usd"] = str(worst_case_usd)
+    headers = {}
+    if not never:
+        detail["retry_after_seconds"] = retry_after
+        headers["Retry-After"] = str(retry_after)
+    raise LimitExceeded(message, code="budget_exceeded", detail=detail, headers=headers)
 
 
 IDEMPOTENCY_KEY_MAX_LENGTH = 255

@@ -20,6 +20,7 @@ from jobs.validation import (
     MAX_FEATURE_LENGTH,
     ROLES,
 )
+from webhooks.validation import MAX_CALLBACK_URL_LENGTH
 
 __all__ = [
     "JobErrorSerializer",
@@ -142,6 +143,14 @@ class JobSubmitSerializer(serializers.Serializer):
         required=False,
         allow_null=True,
         help_text="{type: enabled, budget_tokens: N}, 1024 <= N < max_tokens; billed as output.",
+    )
+    callback_url = serializers.URLField(
+        required=False,
+        allow_null=True,
+        max_length=MAX_CALLBACK_URL_LENGTH,
+        help_text="http(s), no user or password in it: each final state (completed, failed, "
+        "cancelled) is POSTed there once, signed (`LLM-Signature`), retried until delivered "
+        "(else `invalid_callback_url`).",
     )
 
 

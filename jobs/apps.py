@@ -1,4 +1,13 @@
+from typing import Any
+
 from django.apps import AppConfig
+
+
+def _release_held_jobs(**kwargs: Any) -> None:
+    """A breaker closed: the jobs it held go back on the queue now, not at the next pass."""
+    from jobs.reconciler import requeue_waiting_jobs
+
+    requeue_waiting_jobs(grace_seconds=0)
 
 
 class JobsConfig(AppConfig):
@@ -7,4 +16,6 @@ class JobsConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the live-events subscriber of every LlmJob transition, and the settings checks.
-        from jobs import checks, events  # noqa: F401
+        from jobs import breaker, checks, events  # noqa: F401
+
+        breaker.breaker_closed.connect(_release_held_jobs, dispatch_uid="jobs_release_held")

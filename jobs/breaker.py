@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
+from django.dispatch import Signal
 from django.utils import timezone
 
 from jobs.models import ProviderBreaker
@@ -30,6 +31,7 @@ __all__ = [
     "ACCOUNT_WIDE_REASONS",
     "PROVIDER",
     "breaker_close",
+    "breaker_closed",
     "breaker_gate",
     "breaker_open",
     "breaker_probe_due",
@@ -38,6 +40,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+breaker_closed = Signal()
+"""Sent with ``provider`` once a breaker's close has committed: the jobs it held may run."""
 
 PROVIDER = DEFAULT_PROVIDER
 """The default provider (``anthropic``); each provider has a breaker of its own, named as its
@@ -165,10 +170,9 @@ def breaker_close(*, provider: str = PROVIDER, by: "User | None" = None, reason:
     breaker.save()
     logger.warning("provider %s circuit breaker closed (%s)", provider, reason or by)
 
-    def release_held_jobs() -> None:
-        from jobs.reconciler import requeue_waiting_jobs
-
-        requeue_waiting_jobs(grace_seconds=0)
-
-    transaction.on_commit(release_held_jobs, robust=True)
+    # The jobs it held are enqueued again by the reconciler, which subscribes (jobs/apps.py):
+    # the reconciler is above the job services that ask the breaker, never below them.
+    transaction.on_commit(
+        lambda: breaker_closed.send(sender=ProviderBreaker, provider=provider), robust=True
+    )
     return True

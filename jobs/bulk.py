@@ -1,7 +1,7 @@
 """Many jobs submitted at once (a batch's items): validated with the rules of one job, inserted in
 bulk, counted in bulk, pushed onto the llm queue in chunks once the transaction commits.
 
-``job_submit`` (jobs/services.py) costs a handful of statements and Redis round trips per job;
+``job_submit`` (jobs/services/) costs a handful of statements and Redis round trips per job;
 ten thousand of those would keep a request busy for a minute. Here the rules stay the ones of
 one job (``validate_job_request``, ``check_against_price_table``, ``check_budgets_not_spent``:
 called, never copied), the rows are those ``job_build`` makes, and their RQ jobs carry the
@@ -90,7 +90,7 @@ def job_requests_validate(
     requests: list[JobRequest] = []
     errors: list[dict[str, Any]] = []
     bad: list[int] = []
-    price_checked: dict[int, ApplicationError | None] = {}
+    price_checked: dict[tuple[str, int], ApplicationError | None] = {}
     for index, item in enumerate(items):
         try:
             request = _validate_item(
@@ -125,7 +125,7 @@ def _validate_item(
     *,
     shared: dict[str, Any],
     item_fields: frozenset[str],
-    price_checked: dict[int, ApplicationError | None],
+    price_checked: dict[tuple[str, int], ApplicationError | None],
 ) -> JobRequest:
     if not isinstance(item, dict):
         raise ValidationFailed("An item must be a JSON object.", code="invalid_body")
@@ -138,14 +138,16 @@ def _validate_item(
             detail={"fields": unknown},
         )
     request = validate_job_request({**item, **shared})
-    # One price lookup per distinct max_tokens, not one per item: the answer is the same.
-    if request.max_tokens not in price_checked:
+    # One price lookup per distinct model and max_tokens, not one per item: the answer is the
+    # same (the items of a Message Batch each name their own model).
+    checked = (request.model, request.max_tokens)
+    if checked not in price_checked:
         try:
             check_against_price_table(model=request.model, max_tokens=request.max_tokens)
-            price_checked[request.max_tokens] = None
+            price_checked[checked] = None
         except ApplicationError as exc:
-            price_checked[request.max_tokens] = exc
-    refusal = price_checked[request.max_tokens]
+            price_checked[checked] = exc
+    refusal = price_checked[checked]
     if refusal is not None:
         raise refusal
     return request
@@ -211,7 +213,7 @@ def insert_rows(rows: Sequence[Model]) -> None:
 
 
 def _push_many_on_commit(jobs: list[LlmJob]) -> None:
-    """``_push_on_commit`` of jobs/services.py for many jobs: the same RQ job ids and options,
+    """``_push_on_commit`` of jobs/services/ for many jobs: the same RQ job ids and options,
     one Redis pipeline per chunk."""
     # A deferred job waits for the deferred loop (deferred/services.py), never for the queue.
     pushes = [

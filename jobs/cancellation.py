@@ -6,7 +6,7 @@ process looks for the keys of every call it has in flight, all in one ``MGET`` e
 ``LLM_CANCEL_POLL_SECONDS``, and cancels the call of each job it finds (its deadline's
 ``cancel``: the stream stops at its next event, or at once when it waits on its socket). The
 heartbeat reads the row as a backstop for a lost key (Redis flushed), and the reconciler ends a
-job whose worker died with a cancel pending as cancelled (jobs/services.py).
+job whose worker died with a cancel pending as cancelled (jobs/services/).
 """
 
 import logging

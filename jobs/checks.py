@@ -6,9 +6,10 @@ from django.conf import settings
 from django.core.checks import CheckMessage, register
 
 from api.throttle_rates import parse_rate
+from jobs.leases import lease_seconds, lock_ttl
 from llmops.checks import SETTINGS, errors
 
-__all__ = ["read_timeout_problems", "throttle_rate_problems"]
+__all__ = ["lease_problems", "read_timeout_problems", "throttle_rate_problems"]
 
 
 def read_timeout_problems(*, read_timeout: float, job_timeout: float) -> list[str]:
@@ -25,6 +26,20 @@ def throttle_rate_problems(rate: str, name: str = "LLM_SUBMIT_THROTTLE_RATE") ->
     return []
 
 
+def lease_problems() -> list[str]:
+    """A lease that outlives the lock's ttl or the stale threshold would let the reconciler take
+    a job over while its cut-off worker still calls (jobs/heartbeat.py, jobs/leases.py)."""
+    lease, ttl, stale = lease_seconds(), lock_ttl(), settings.LLM_STALE_AFTER_SECONDS
+    beat = settings.LLM_HEARTBEAT_SECONDS
+    if lease >= min(ttl, stale) or lease < beat:
+        return [
+            f"the self-fencing lease ({lease:g} s: LLM_LEASE_SECONDS, or derived) must be at "
+            f"least LLM_HEARTBEAT_SECONDS ({beat:g}) and below the job lock's ttl ({ttl} s: "
+            f"four beats) and LLM_STALE_AFTER_SECONDS ({stale:g})"
+        ]
+    return []
+
+
 @register(SETTINGS)
 def check_job_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     return [
@@ -36,4 +51,5 @@ def check_job_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
             ),
         ),
         *errors("jobs.E002", throttle_rate_problems(settings.LLM_SUBMIT_THROTTLE_RATE)),
+        *errors("jobs.E003", lease_problems()),
     ]

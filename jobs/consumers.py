@@ -80,32 +80,29 @@ def _parse_offset(value: str) -> int | None:
 
 
 @database_sync_to_async
-def _text_so_far(job_id: uuid.UUID) -> tuple[int, str] | None:
-    """The running attempt's partial text, or a finished job's output, with its attempt."""
-    job = LlmJob.objects.filter(id=job_id).only("status", "attempts", "output_text").first()
+def _resume_point(job_id: uuid.UUID) -> tuple[int, str, dict[str, Any] | None] | None:
+    """What a socket resuming ``?job=&offset=`` has to catch up on, from one reading of the job:
+    the running attempt's partial text, or a finished job's output with its ``job.updated`` end
+    (published before the socket joined, or about to reach it too: ``job_updated`` drops that
+    copy). Text and end come from the same reading: an end read after a running job's partial
+    text would reach the client before the rest of that text."""
+    from jobs.events import event_for
+
+    job = LlmJob.objects.filter(id=job_id).first()
     if job is None:
         return None
     if job.status == LlmJob.Status.RUNNING:
         kept = partial_text(job_id)
         if kept is not None and kept[0] == job.attempts:
-            return kept
+            return kept[0], kept[1], None
         # Ended meanwhile (its text is cleared once the job's end commits): read it again.
-        job.refresh_from_db(fields=["status", "attempts", "output_text"])
+        job.refresh_from_db()
         if job.status == LlmJob.Status.RUNNING:
-            return job.attempts, ""
+            return job.attempts, "", None
+    final = event_for(job) if job.is_final else None
     if job.output_text is not None:
-        return job.attempts, job.output_text
-    return None
-
-
-@database_sync_to_async
-def _final_event(job_id: uuid.UUID) -> dict[str, Any] | None:
-    """The ``job.updated`` event of a job that has ended, or None: a socket that resumes after
-    the job's end missed that event (published before it joined the group)."""
-    from jobs.events import event_for
-
-    job = LlmJob.objects.filter(id=job_id).first()
-    return event_for(job) if job is not None and job.is_final else None
+        return job.attempts, job.output_text, final
+    return (job.attempts, "", final) if final is not None else None
 
 
 def _parse_uuid(value: str) -> uuid.UUID | None:
@@ -160,6 +157,8 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         self.tasks: list[asyncio.Task[None]] = []
         self.deltas: dict[str, tuple[int, int]] = {}
         """job id -> (attempt, characters this socket has of its text), for the running jobs."""
+        self.ends_sent: dict[str, tuple[str, int]] = {}
+        """job id -> (status, attempts) of the end a resume sent (``_catch_up``)."""
         try:
             await await_many_dispatch(
                 [receive, self._receive_from_layer, self._until_stopped], self.dispatch
@@ -199,18 +198,18 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         """``?job=<id>&offset=<n>``: first the text from ``n`` that the client missed (the
         running attempt's partial text, or a finished job's output), as one ``job.delta``, and a
         finished job's ``job.updated``; the live deltas after it are trimmed to what the client
-        does not have. The group was joined
-        first and the text is appended before each delta is published (jobs/live_output.py), so
-        nothing falls between the two."""
+        does not have, and the live copy of that end is dropped. The group was joined first and
+        the text is appended before each delta is published (jobs/live_output.py), so nothing
+        falls between the two."""
         query = parse_qs(self.scope.get("query_string", b"").decode())
         job_id = _parse_uuid((query.get("job") or [""])[0])
         offset = _parse_offset((query.get("offset") or [""])[0])
         if job_id is None or offset is None:
             return
-        kept = await _text_so_far(job_id)
-        if kept is None:
+        resumed = await _resume_point(job_id)
+        if resumed is None:
             return
-        attempt, text = kept
+        attempt, text, final = resumed
         self._delta_seen(str(job_id), attempt, max(offset, len(text)))
         if len(text) > offset:
             await self._queue(
@@ -222,9 +221,10 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
                     "text": text[offset:],
                 }
             )
-        # A job that ended before this socket joined: its end too, after its text.
-        final = await _final_event(job_id)
         if final is not None:
+            # A job that has ended: its end too, after its text, and once only (below).
+            job = final["job"]
+            self.ends_sent[job["id"]] = (job["status"], job["attempts"])
             await self._queue(final)
 
     async def job_delta(self, message: dict[str, Any]) -> None:
@@ -268,6 +268,9 @@ class JobEventsConsumer(AsyncJsonWebsocketConsumer):
         job = message["job"]
         if job.get("status") in LlmJob.FINAL_STATUSES:
             self.deltas.pop(job.get("id"), None)
+            if self.ends_sent.pop(job.get("id"), None) == (job["status"], job.get("attempts")):
+                # The end a resume already sent: it was published after this socket joined.
+                return
         await self._queue({"type": message["type"], "job": job})
 
     async def pipeline_step_completed(self, message: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """What a job's dead-lettering tells the subscribers of its transition.
 
-``_dead_letter`` (jobs/services.py) attaches a ``DeadLetter`` to the job before its
+``_dead_letter`` (jobs/services/) attaches a ``DeadLetter`` to the job before its
 ``dead_lettered`` (or ``recovered`` into ``failed``) transition; the DLQ (dlq/), subscribed inside
 the transition, writes its record from it. So jobs/ never imports the DLQ, and the record still
 commits with the job's ``failed`` state.

@@ -4,7 +4,7 @@ A job may carry ``deadline`` (an ISO 8601 time) or ``deadline_seconds`` (that lo
 submit), never both. Then (docs/api.md#deadlines):
 
 - not started by its deadline, it ends ``failed`` with ``deadline_exceeded`` (WARNING) and no
-  provider call: the runner's first check (``job_deadline_exceeded`` in jobs/services.py);
+  provider call: the runner's first check (``job_deadline_exceeded`` in jobs/services/);
 - a retry that would start after the deadline is not scheduled: the job ends ``failed`` with
   its last error, ``deadline_stopped`` set;
 - a hold (rate limit, concurrency key, budget ``wait``) is cut to end just after the deadline,

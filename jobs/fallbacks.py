@@ -1,10 +1,10 @@
 """Which model a job moves to when its own is out: the next of its feature's fallback models
 (features/, ``GET``/``PUT /api/v1/features/<feature>/``) that can take it.
 
-A job moves (``job_fall_back`` in jobs/services.py, or inside ``job_attempt_failed``) when
+A job moves (``job_fall_back`` in jobs/services/, or inside ``job_attempt_failed``) when
 - its model's provider breaker is open (the runner, before any call);
 - its attempts on its model failed with a transient class ``LLM_FALLBACK_AFTER_ATTEMPTS`` times
-  in a row, or that class's retries ran out (jobs/services.py);
+  in a row, or that class's retries ran out (jobs/services/);
 - the limiter cannot admit it within ``LLM_FALLBACK_AFTER_WAIT_SECONDS`` (the runner).
 Never for a fatal error of the request itself: a 400 would fail on any model. An account-wide
 failure (401, ``insufficient_quota``...) opens the breaker, so it moves too.

@@ -14,22 +14,27 @@ Best effort, like every live event: Redis or the channel layer being down never 
 import logging
 import time
 from concurrent.futures import Future
-from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from redis.exceptions import RedisError
 
 from jobs.events import event_published, publish_event_nowait
+from jobs.live_text import (
+    TTL_SECONDS,
+    live_keys_clear,
+    live_text_redis,
+    partial_text,
+    partial_text_clear,
+    running_text,
+)
 from llmops.queues import (
     all_jobs_group,
-    job_cancel_key,
     job_events_group,
     job_group,
     job_partial_attempt_key,
     job_partial_text_key,
 )
-from runtime.redis_clients import queue_connection
 
 __all__ = [
     "DELTA_EVENT",
@@ -43,52 +48,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DELTA_EVENT = "job.delta"
-_TTL_SECONDS = 24 * 3600
-"""A partial text outlives its job's run by a day at most, whatever happened to the worker."""
-
-
-def _redis() -> Any:
-    from llmops.queues import LLM_QUEUE
-
-    return queue_connection(LLM_QUEUE)
-
-
-def partial_text(job_id: object) -> tuple[int, str] | None:
-    """The text the job's current attempt has streamed so far, with that attempt's number;
-    None when there is none (not streaming, or Redis cannot say)."""
-    try:
-        attempt, text = _redis().mget(job_partial_attempt_key(job_id), job_partial_text_key(job_id))
-    except RedisError as exc:
-        logger.warning("job %s: partial text not read: %r", job_id, exc)
-        return None
-    if attempt is None:
-        return None
-    return int(attempt), (text or b"").decode("utf-8", errors="replace")
-
-
-def running_text(job_id: object, attempt: int) -> str:
-    """What the running ``attempt`` of the job has streamed so far ("" when nothing is kept for
-    it: not started, an earlier attempt's, or Redis away)."""
-    kept = partial_text(job_id)
-    return kept[1] if kept is not None and kept[0] == attempt else ""
-
-
-def partial_text_clear(job_id: object) -> None:
-    try:
-        _redis().delete(job_partial_text_key(job_id), job_partial_attempt_key(job_id))
-    except RedisError as exc:
-        logger.warning("job %s: partial text not cleared: %r", job_id, exc)
-
-
-def live_keys_clear(job_id: object) -> None:
-    """An attempt is over: its partial text and its cancel key go, in one round trip (both
-    expire on their own if Redis is away)."""
-    try:
-        _redis().delete(
-            job_partial_text_key(job_id), job_partial_attempt_key(job_id), job_cancel_key(job_id)
-        )
-    except RedisError as exc:
-        logger.warning("job %s: live keys not cleared: %r", job_id, exc)
 
 
 class LiveOutput:
@@ -175,11 +134,11 @@ class LiveOutput:
             return
         kept = chunk[: max(0, room)]
         try:
-            pipe = _redis().pipeline(transaction=True)
+            pipe = live_text_redis().pipeline(transaction=True)
             if not self._started:
                 # A new attempt's text replaces the last attempt's.
-                pipe.set(self.key, kept, ex=_TTL_SECONDS)
-                pipe.set(self.attempt_key, self.attempt, ex=_TTL_SECONDS)
+                pipe.set(self.key, kept, ex=TTL_SECONDS)
+                pipe.set(self.attempt_key, self.attempt, ex=TTL_SECONDS)
             else:
                 pipe.append(self.key, kept)
             pipe.execute()

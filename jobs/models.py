@@ -197,6 +197,14 @@ class LlmJob(models.Model):
     cache_creation_input_tokens = models.PositiveIntegerField(null=True, blank=True)
     cache_read_input_tokens = models.PositiveIntegerField(null=True, blank=True)
     cost_usd = models.DecimalField(max_digits=16, decimal_places=6, default=Decimal("0"))
+    max_cost_usd = models.DecimalField(
+        max_digits=16,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="The most the job may cost in all, retries and fallbacks included (an agent "
+        "run's turn: what its run has left); no attempt starts whose worst case does not fit.",
+    )
 
     error_code = models.CharField(max_length=40, blank=True)
     error_http_status = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -304,6 +312,33 @@ class LlmJob(models.Model):
             body["temperature"] = self.temperature
         body.update(self.params or {})
         return body
+
+
+class JobAttempt(models.Model):
+    """One attempt of a job as it was claimed: the model, provider and price it runs at and the
+    budget reservation that holds it, fixed when it starts (a real-time call, a stream, a batch
+    item, an embedding request, an agent turn). Every booking of the attempt (success, unknown
+    outcome, cancel, superseded batch result, recovery) reads them from here, never from the
+    job's state at booking time: the job may have moved to a fallback model meanwhile."""
+
+    job = models.ForeignKey(LlmJob, on_delete=models.CASCADE, related_name="attempt_rows")
+    attempt = models.PositiveIntegerField()
+    model = models.CharField(max_length=100)
+    provider = models.CharField(max_length=40)
+    price = models.ForeignKey(
+        "ledger.ModelPrice", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    batch = models.BooleanField(default=False, help_text="An item of a provider message batch.")
+    reservation_token = models.UUIDField(null=True, blank=True)
+    claimed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt"], name="unique_job_attempt")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} attempt {self.attempt} on {self.model}"
 
 
 class JobTag(models.Model):

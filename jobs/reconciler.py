@@ -7,7 +7,9 @@ Each pass, in bounded batches:
   because Redis was down at submit) is enqueued again;
 - a ``retrying`` job whose retry is overdue by more than ``LLM_OVERDUE_RETRY_SECONDS`` is enqueued
   again even though its scheduled RQ job still exists: the worker holding rq's scheduler lock may
-  be dead, and rq hands the scheduler over only at its ten-minute maintenance pass. The stale
+  be dead, and rq hands the scheduler over only at its ten-minute maintenance pass. A retry of a
+  job whose worker died (``worker_lost``) goes as soon as it is due: that worker may well have
+  been the one holding the scheduler (the arithmetic is at ``WORKER_LOST``). The stale
   scheduled copy, if it ever runs, no longer matches the row and exits. Only while that RQ job
   still waits for a scheduler: one already on the queue is on its way, and replacing it would
   send it to the back of a busy queue again at every pass, so that it never ran (the chaos drill
@@ -51,6 +53,28 @@ from runtime.rq_jobs import (
 __all__ = ["ReconcileReport", "reconcile_jobs", "requeue_waiting_jobs"]
 
 logger = logging.getLogger(__name__)
+
+WORKER_LOST = "worker_lost"
+"""The reason code of a job ``job_recover`` took over from a dead worker."""
+
+# A job whose worker was killed (kill -9) calls the provider again within two minutes
+# (docs/operations.md, "No job is lost"). With the defaults, at worst:
+#
+#     heartbeat age at the kill     10 s  LLM_HEARTBEAT_SECONDS (20 s if that beat waited its
+#                                         whole bound for a database slot)
+#   + stale threshold               45 s  LLM_STALE_AFTER_SECONDS (its lock, 4 beats, is gone first)
+#   + until a pass recovers it      10 s  LLM_RECONCILE_INTERVAL (+ the pass itself)
+#   + until a pass enqueues it      10 s  the retry is due 3-3.9 s after the recovery (worker_lost:
+#                                         3 s + 30 % jitter), within one interval, and goes once due
+#   = 75 s (85 s after a slow beat), plus two passes and a worker's pick-up: 35-45 s for a loaded
+#     machine before two minutes.
+#
+# The retry does not also wait LLM_OVERDUE_RETRY_SECONDS: the dead worker may have held rq's
+# scheduler lock, which outlives it by 61 s and passes to a live worker only at that worker's
+# ten-minute maintenance. That wait (15 s, with a pass every 15 s) made the worst case 104 s
+# before any load. If the scheduler lives after all, it moves the retry within a second of its
+# due time, and a copy enqueued here meanwhile finds the row changed and exits. The jobs the dead
+# worker held before their claim need only the first three lines (65 s).
 
 BATCH = 500
 """Rows looked at per query; a pass works through the backlog batch by batch."""
@@ -162,12 +186,14 @@ def requeue_waiting_jobs(
     overdue_cutoff = now - timedelta(seconds=settings.LLM_OVERDUE_RETRY_SECONDS)
     waiting = LlmJob.objects.filter(
         Q(status=LlmJob.Status.QUEUED, enqueued_at__lt=cutoff)
-        # A retry is looked at once lost (grace) or overdue, whichever comes first.
+        # A retry is looked at once lost (grace) or overdue, whichever comes first; a dead
+        # worker's job once due (the arithmetic at WORKER_LOST).
         | Q(status=LlmJob.Status.RETRYING, next_attempt_at__lt=max(cutoff, overdue_cutoff))
+        | Q(status=LlmJob.Status.RETRYING, error_code=WORKER_LOST, next_attempt_at__lt=now)
     ).exclude(mode=LlmJob.Mode.DEFERRED)  # waiting for the deferred loop, not for the queue
     held = breakers_held()
     if not held:
-        _requeue(queue, waiting, report, overdue_cutoff=overdue_cutoff, limit=None)
+        _requeue(queue, waiting, report, now=now, overdue_cutoff=overdue_cutoff, limit=None)
         return report
     # An open breaker holds only its provider's jobs; every other provider's go out as usual,
     # and each open breaker whose probe is due lets one of its jobs out as its probe call.
@@ -177,6 +203,7 @@ def requeue_waiting_jobs(
         queue,
         waiting.exclude(current_model__in=held_models),
         report,
+        now=now,
         overdue_cutoff=overdue_cutoff,
         limit=None,
     )
@@ -187,6 +214,7 @@ def requeue_waiting_jobs(
                 queue,
                 waiting.filter(current_model__in=models),
                 report,
+                now=now,
                 overdue_cutoff=overdue_cutoff,
                 limit=1,
             )
@@ -198,6 +226,7 @@ def _requeue(
     waiting: Any,
     report: ReconcileReport,
     *,
+    now: datetime,
     overdue_cutoff: Any,
     limit: int | None,
 ) -> None:
@@ -205,18 +234,28 @@ def _requeue(
     for _ in range(MAX_BATCHES_PER_PASS):
         page = waiting.filter(id__gt=after) if after else waiting
         rows = list(
-            page.order_by("id").values_list("id", "rq_job_id", "status", "next_attempt_at")[:BATCH]
+            page.order_by("id").values_list(
+                "id", "rq_job_id", "status", "next_attempt_at", "error_code"
+            )[:BATCH]
         )
         if not rows:
             break
         after = rows[-1][0]
         rq_jobs = rq_jobs_fetch(queue=queue, job_ids=[row[1] for row in rows])
         abandoned = _abandoned(queue, rows, rq_jobs)
-        for (job_id, rq_job_id, status, next_attempt_at), rq_job, held_by_the_dead in zip(
-            rows, rq_jobs, abandoned, strict=True
-        ):
+        for (
+            job_id,
+            rq_job_id,
+            status,
+            next_attempt_at,
+            error_code,
+        ), rq_job, held_by_the_dead in zip(rows, rq_jobs, abandoned, strict=True):
             stranded = _stranded(
-                queue, rq_job, status=status, next_attempt_at=next_attempt_at, cutoff=overdue_cutoff
+                queue,
+                rq_job,
+                status=status,
+                next_attempt_at=next_attempt_at,
+                cutoff=now if error_code == WORKER_LOST else overdue_cutoff,
             )
             if rq_job_is_alive(rq_job) and not stranded and not held_by_the_dead:
                 continue

@@ -94,6 +94,8 @@ _CLASSES: dict[str, Classification] = {
         _transient("worker_lost"),
         _transient("unexpected_error"),
         _fatal("budget_exceeded", Severity.WARNING),
+        # Its own cap (an agent run's max_cost_usd, carried by the turn): the limit the client set.
+        _fatal("max_cost_exceeded", Severity.WARNING),
         # Not started by its deadline: the client's own limit, nothing is broken.
         _fatal("deadline_exceeded", Severity.WARNING),
     )
@@ -101,7 +103,9 @@ _CLASSES: dict[str, Classification] = {
 """Each reason code's class and severity."""
 
 # The attempt kinds that are ours, not a provider call's outcome: each is its own reason.
-_OUR_KINDS = frozenset({"worker_lost", "unexpected_error", "budget_exceeded", "deadline_exceeded"})
+_OUR_KINDS = frozenset(
+    {"worker_lost", "unexpected_error", "budget_exceeded", "max_cost_exceeded", "deadline_exceeded"}
+)
 
 
 def classify(

@@ -1,20 +1,16 @@
 """Running one attempt: the per-job lock, the heartbeat and the provider call. Nothing else.
 
-Every state change is a transition in ``jobs/services.py``; this module only decides which one
+Every state change is a transition in ``jobs/services/``; this module only decides which one
 the call's outcome asks for.
 """
 
-import contextvars
 import logging
-import math
 import random
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
-from uuid import UUID
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
@@ -24,9 +20,11 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 
 from jobs.breaker import breaker_close, breaker_gate
 from jobs.cancellation import cancel_watched
-from jobs.concurrency_keys import slot_acquire, slot_extend, slot_release
+from jobs.concurrency_keys import slot_acquire, slot_release
 from jobs.deadlines import deadline_passed
 from jobs.fallbacks import fallback_model, moves_after_wait
+from jobs.heartbeat import Heartbeat
+from jobs.leases import lock_ttl
 from jobs.live_output import LiveOutput, live_keys_clear
 from jobs.models import LlmJob
 from jobs.retry_policy import classify
@@ -62,7 +60,7 @@ from ratelimits.services import (
     rate_limit_sent,
     rate_limit_settle,
 )
-from runtime.db_connections import release_connection, slot_wait_limit
+from runtime.db_connections import release_connection
 from runtime.redis_clients import queue_connection
 
 __all__ = ["failure_from_outcome", "job_run"]
@@ -76,142 +74,6 @@ def _send_wait_bound() -> float:
     # The longest ``rate_limit_sent`` waits: the paced slot (at most the in-process wait) and
     # then at most one 429 pause.
     return settings.LLM_RATE_LIMIT_MAX_WAIT_SECONDS + MAX_PAUSE_SECONDS + 1.0
-
-
-def _lock_ttl() -> int:
-    # Long enough to survive a missed heartbeat or two, short enough that a killed worker's
-    # lock is gone well before the reconciler looks (LLM_STALE_AFTER_SECONDS).
-    return max(2, math.ceil(settings.LLM_HEARTBEAT_SECONDS * 4))
-
-
-class _Heartbeat:
-    """Keeps the job's lock alive, its concurrency slot and its ``heartbeat_at`` fresh while the
-    attempt may rightly run, and not a moment longer: until ``until`` (monotonic), which is the
-    call's deadline while the call runs, then the end of the recording of its result
-    (``hold_until``). Past it the beats stop, so that a thread stuck beyond every deadline loses
-    its claim and the reconciler takes the job over; at the call's deadline it also cuts the
-    call off at its sockets (providers/call_deadline.py), as a backstop to the call's own bound.
-
-    It runs on its own thread, so the lock must not keep its token in a thread-local (redis-py's
-    default: ``reacquire()`` from another thread then fails with AttributeError). Any error in a
-    beat (Redis or the database briefly gone, anything else) is logged and the next beat runs.
-    """
-
-    def __init__(
-        self,
-        job_id: UUID,
-        lock: Any,
-        concurrency_key: str = "",
-        deadline: CallDeadline | None = None,
-        on_cancel_requested: Callable[[], Any] | None = None,
-    ) -> None:
-        self.job_id, self.lock, self.concurrency_key = job_id, lock, concurrency_key
-        self.deadline = deadline
-        self.on_cancel_requested = on_cancel_requested
-        self.until = deadline.ends_at if deadline is not None else math.inf
-        self.stopped = threading.Event()
-        self._wake = threading.Event()
-        self.beats = 0
-        # Started in the job's log context: its lines carry the job's fields too.
-        self.thread = threading.Thread(
-            target=contextvars.copy_context().run,
-            args=(self._run,),
-            daemon=True,
-            name=f"heartbeat-{job_id}",
-        )
-
-    def __enter__(self) -> "_Heartbeat":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopped.set()
-        self._wake.set()
-        self.thread.join(timeout=10)
-
-    def call_starts(self) -> None:
-        """The request leaves now: its deadline counts from here, and the claim is kept until
-        then (not past it)."""
-        if self.deadline is not None:
-            self.deadline.restart()
-            self.hold_until(self.deadline.ends_at)
-
-    def hold_until(self, until: float) -> None:
-        """Keep the claim until ``until`` (monotonic) instead: the call has ended, and its
-        result is being recorded."""
-        self.until = until
-        self._wake.set()
-
-    def _run(self) -> None:
-        interval = settings.LLM_HEARTBEAT_SECONDS
-        next_beat = time.monotonic() + interval
-        passed: float | None = None
-        try:
-            while not self.stopped.is_set():
-                now, until = time.monotonic(), self.until
-                if now >= until:
-                    if passed != until:
-                        passed = until
-                        self._past(until)
-                    self._wake.wait()
-                elif now >= next_beat:
-                    self.beat()
-                    next_beat = time.monotonic() + interval
-                    continue
-                else:
-                    self._wake.wait(min(next_beat, until) - now)
-                self._wake.clear()
-        finally:
-            connection.close()
-
-    def _past(self, until: float) -> None:
-        if self.deadline is not None and until == self.deadline.ends_at:
-            cut = self.deadline.cut()
-            logger.warning(
-                "job %s: its call passed its deadline of %g s%s; its lock, slot and heartbeat "
-                "are no longer extended",
-                self.job_id,
-                self.deadline.seconds,
-                ": cut off at its sockets" if cut else "",
-            )
-        else:
-            logger.warning(
-                "job %s: recording its result passed its bound; its lock, slot and heartbeat "
-                "are no longer extended",
-                self.job_id,
-            )
-
-    def beat(self) -> None:
-        try:
-            if not self.lock.extend(_lock_ttl(), replace_ttl=True):
-                logger.warning("job %s: lock could not be extended", self.job_id)
-        except LockError:
-            logger.warning("job %s: lock lost while running (expired or taken over)", self.job_id)
-        except Exception:
-            logger.exception("job %s: heartbeat could not extend the lock", self.job_id)
-        if self.concurrency_key:
-            try:
-                if not slot_extend(concurrency_key=self.concurrency_key, job_id=str(self.job_id)):
-                    logger.warning("job %s: its concurrency slot was lost", self.job_id)
-            except Exception:
-                logger.exception("job %s: heartbeat could not extend its slot", self.job_id)
-        try:
-            # A beat waits for a database slot no longer than a beat: the next one must
-            # extend the lock in time (runtime/db_connections.py).
-            with slot_wait_limit(settings.LLM_HEARTBEAT_SECONDS):
-                running = LlmJob.objects.filter(id=self.job_id, status=LlmJob.Status.RUNNING)
-                if not running.filter(cancel_requested_at__isnull=True).update(
-                    heartbeat_at=timezone.now()
-                ) and running.update(heartbeat_at=timezone.now()):
-                    # A cancel was asked for and its Redis key missed (jobs/cancellation.py).
-                    if self.on_cancel_requested is not None:
-                        self.on_cancel_requested()
-        except Exception:
-            logger.exception("job %s: heartbeat could not reach the database", self.job_id)
-            close_old_connections()
-            connection.close()
-        release_connection()  # a threaded worker shares a few connections between its threads
-        self.beats += 1
 
 
 def job_run(*, job_id: str, rq_job_id: str | None = None) -> str:
@@ -230,7 +92,7 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
     warm_up_providers()
     started = time.monotonic()
     redis = queue_connection(LLM_QUEUE)
-    lock = redis.lock(job_lock_key(job_id), timeout=_lock_ttl(), blocking=False, thread_local=False)
+    lock = redis.lock(job_lock_key(job_id), timeout=lock_ttl(), blocking=False, thread_local=False)
     if not lock.acquire(blocking=False):
         logger.info("job %s is locked by another worker; this copy exits", job_id)
         return "locked"
@@ -388,7 +250,9 @@ def _attempt(
     live = LiveOutput(job_id=job.id, user_id=job.user_id, attempt=job.attempts)
     with (
         cancel_watched(job.id, deadline.cancel) as cancel_now,
-        _Heartbeat(job.id, lock, job.concurrency_key, deadline, cancel_now) as heartbeat,
+        Heartbeat(
+            job.id, lock, job.concurrency_key, deadline, cancel_now, attempt=job.attempts
+        ) as heartbeat,
     ):
         try:
             return _call_and_record(
@@ -404,7 +268,7 @@ def _call_and_record(
     provider: Any,
     deadline: CallDeadline,
     record: "_RecordWindow",
-    heartbeat: _Heartbeat,
+    heartbeat: Heartbeat,
     live: LiveOutput,
     *,
     probe: bool,
@@ -433,7 +297,7 @@ def _call_and_record(
             live.close()
             # The call is over (answered, failed or cut off at its deadline): the claim
             # holds while its result is recorded, and no longer.
-            heartbeat.hold_until(record.until())
+            heartbeat.hold_until(record.until(), recording=True)
         answered_at = timezone.now()
         if grant is not None:
             rate_limit_settle(grant, outcome)
@@ -480,7 +344,7 @@ def _call_and_record(
         # is booked and the job goes through the retry policy with the real cause: never
         # left running.
         logger.exception("job %s attempt %s raised", job.id, job.attempts)
-        heartbeat.hold_until(record.until())
+        heartbeat.hold_until(record.until(), recording=True)
         cause = f"{type(exc).__name__}: {exc}"
         failure = AttemptFailure(
             classification=classify(kind="unexpected_error"),

@@ -7,9 +7,10 @@ from django.contrib.auth.models import User
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
-from api.errors import NotFound, ValidationFailed
+from api.errors import NotFound
+from api.runs import RunFilters, filter_runs
+from jobs.live_text import running_text
 from jobs.models import LlmJob
-from jobs.tags import validate_tag_filter
 
 
 def job_get_for_user(*, user: User, job_id: UUID) -> LlmJob:
@@ -21,9 +22,8 @@ def job_get_for_user(*, user: User, job_id: UUID) -> LlmJob:
     return job
 
 
-def job_list_for_user(
-    *, user: User, status: str | None = None, feature: str | None = None, tag: str | None = None
-) -> QuerySet[LlmJob]:
+def job_list_for_user(*, user: User, filters: RunFilters | None = None) -> QuerySet[LlmJob]:
+    """The user's own jobs, newest first, by the shared list filters (api/runs.py)."""
     # The list shows output and usage, never the request: leave its large columns unread.
     # The provider batch of a deferred job in the same query: no query per row for its id.
     jobs = (
@@ -31,20 +31,7 @@ def job_list_for_user(
         .select_related("provider_batch")
         .defer(*LlmJob.REQUEST_FIELDS)
     )
-    if status:
-        if status not in LlmJob.Status.values:
-            raise ValidationFailed(
-                f"status must be one of {', '.join(LlmJob.Status.values)}.",
-                code="invalid_filter",
-                detail={"field": "status"},
-            )
-        jobs = jobs.filter(status=status)
-    if feature:
-        jobs = jobs.filter(feature=feature)
-    if tag := validate_tag_filter(tag):
-        # The (tag, job) index of JobTag; a job has each tag once, so no duplicates.
-        jobs = jobs.filter(tag_rows__tag=tag)
-    return jobs.order_by("-created_at", "-id")
+    return filter_runs(jobs, filters or RunFilters(), statuses=LlmJob.Status.values)
 
 
 def job_oldest_overdue_retry(
@@ -90,8 +77,6 @@ def job_output(job: LlmJob, *, partial: bool = False) -> dict[str, Any] | None:
     ``partial``, a running job shows the text its attempt has streamed so far (from Redis), and
     an embedding job its vectors (embeddings/selectors.py)."""
     if partial and job.status == LlmJob.Status.RUNNING:
-        from jobs.live_output import running_text
-
         text = running_text(job.id, job.attempts)
         return {"text": None, "stop_reason": None, "content": [], "partial_text": text}
     if job.output_text is None:

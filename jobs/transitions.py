@@ -1,6 +1,6 @@
 """The one after-commit hook every LlmJob transition ends in.
 
-Each transition service in ``jobs/services.py`` calls ``transition_committed(job, transition)``
+Each transition service in ``jobs/services/`` calls ``transition_committed(job, transition)``
 inside its transaction; once that transaction commits, every subscriber registered with
 ``on_transition`` receives the job and the transition. The log line and WebSocket events
 subscribe here, so no transition can forget one of them. A rolled-back transition

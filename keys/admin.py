@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -77,13 +78,17 @@ class ApiKeyAdmin(admin.ModelAdmin):
     ) -> Any:
         if obj is None:
             kwargs["form"] = ApiKeyAddForm
-            kwargs["fields"] = None
+            superuser = request.user.is_superuser  # type: ignore[union-attr]
+            kwargs["fields"] = None if superuser else ["name", "scopes", "expires_at", "rpm"]
         return super().get_form(request, obj, change=change, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
+            # A key acts as its user: staff who could mint one for anyone could become anyone.
+            # Staff add keys for themselves; a superuser for anyone.
+            superuser = request.user.is_superuser  # type: ignore[union-attr]
             return [
-                "user",
+                "user" if superuser else "added_for",
                 "name",
                 "scopes",
                 "expires_at",
@@ -94,7 +99,13 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return self.fields
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return self.fields if obj is not None else []
+        if obj is None:
+            return [] if request.user.is_superuser else ["added_for"]  # type: ignore[union-attr]
+        return self.fields
+
+    @admin.display(description="user")
+    def added_for(self, obj: Any) -> str:
+        return "You: only a superuser adds keys for other users."
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -120,8 +131,10 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         data = form.cleaned_data
+        user = data["user"] if request.user.is_superuser else request.user  # type: ignore[union-attr]
+        assert isinstance(user, User)
         key, secret = api_key_create(
-            user=data["user"],
+            user=user,
             request=KeyRequest(
                 name=data["name"],
                 scopes=[scope for scope in ALL_SCOPES if scope in data["scopes"]],

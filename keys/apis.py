@@ -25,7 +25,13 @@ from keys.models import ApiKey
 from keys.permissions import request_api_key
 from keys.scopes import ADMIN, ALL_SCOPES
 from keys.selectors import api_key_budget, api_key_get_for_user, api_key_list_for_user
-from keys.services import api_key_check_grant, api_key_create, api_key_revoke, api_key_rotate
+from keys.services import (
+    api_key_check_covers,
+    api_key_create,
+    api_key_grant,
+    api_key_revoke,
+    api_key_rotate,
+)
 from keys.validation import BUDGET_PERIODS, validate_key_request, validate_rotate_request
 
 __all__ = ["KeyListCreateApi", "KeyRevokeApi", "KeyRotateApi"]
@@ -137,9 +143,11 @@ class KeyListCreateApi(APIView):
         },
     )
     def post(self, request: Request) -> Response:
-        key_request = validate_key_request(request.data)
-        api_key_check_grant(caller=request_api_key(request), request=key_request)
-        key, secret = api_key_create(user=cast(User, request.user), request=key_request)
+        caller = request_api_key(request)
+        key_request = api_key_grant(caller=caller, request=validate_key_request(request.data))
+        key, secret = api_key_create(
+            user=cast(User, request.user), request=key_request, parent=caller
+        )
         key = api_key_get_for_user(user=cast(User, request.user), key_id=key.id)
         return Response(_key_data(key, key=secret), status=status.HTTP_201_CREATED)
 
@@ -164,13 +172,18 @@ class KeyRevokeApi(APIView):
     @extend_schema(
         operation_id="keys_revoke",
         summary="Revoke a key: every secret of it answers 401 at once",
-        description="Any key may revoke itself; another of your keys needs `admin`.",
+        description="Any key may revoke itself; another of your keys needs `admin`, and only a "
+        "key that holds at least that key's scopes, lifetime, budget and rate may revoke it.",
         request=None,
         parameters=[KEY_ID, *error_headers()],
-        responses={200: KeyOutputSerializer, **errors({404: ["key_not_found"]})},
+        responses={
+            200: KeyOutputSerializer,
+            **errors({403: ["key_not_covered"], 404: ["key_not_found"]}),
+        },
     )
     def post(self, request: Request, key_id: int) -> Response:
         key = api_key_get_for_user(user=cast(User, request.user), key_id=key_id)
+        api_key_check_covers(caller=request_api_key(request), target=key, action="revoke")
         api_key_revoke(key=key)
         key = api_key_get_for_user(user=cast(User, request.user), key_id=key_id)
         return Response(_key_data(key))
@@ -185,7 +198,8 @@ class KeyRotateApi(APIView):
         summary="Rotate a key: a new secret, the old one working for a grace period",
         description="The key keeps its id, scopes, expiry, budget and rate. The old secret "
         "works `grace_seconds` more (default 24 hours); revoking the key ends both at once. "
-        "Any key may rotate itself; another of your keys needs `admin`.",
+        "Any key may rotate itself; another of your keys needs `admin`, and only a key that holds "
+        "at least that key's scopes, lifetime, budget and rate may rotate it.",
         request=KeyRotateInputSerializer,
         parameters=[KEY_ID, *error_headers()],
         responses={
@@ -193,6 +207,7 @@ class KeyRotateApi(APIView):
             **errors(
                 {
                     400: ["invalid_body", "unknown_field", "invalid_grace_seconds"],
+                    403: ["key_not_covered"],
                     404: ["key_not_found"],
                     409: ["key_revoked", "key_expired"],
                     413: [],
@@ -204,6 +219,7 @@ class KeyRotateApi(APIView):
     def post(self, request: Request, key_id: int) -> Response:
         grace = validate_rotate_request(request.data)
         key = api_key_get_for_user(user=cast(User, request.user), key_id=key_id)
+        api_key_check_covers(caller=request_api_key(request), target=key, action="rotate")
         rotation = api_key_rotate(key=key, grace_seconds=grace)
         key = api_key_get_for_user(user=cast(User, request.user), key_id=key_id)
         return Response(

@@ -5,7 +5,9 @@ A secret is ``llmq_`` and 256 random bits (43 characters of base64url). The data
 nothing, and the hash key (``API_KEY_HASH_SECRET``, never in the database) means a copy of the
 database or of a backup cannot even be checked against a guess. Rotating the hash key:
 the old one goes to ``API_KEY_HASH_SECRET_FALLBACKS`` and each key is hashed again under the
-new one at its next use (docs/operations.md#api-keys).
+new one at its next use (docs/operations.md#api-keys). Without ``API_KEY_HASH_SECRET`` the hash
+key is derived from ``DJANGO_SECRET_KEY``, or from the development key printed in the source,
+which ``check --deploy`` refuses (keys/checks.py).
 """
 
 import hashlib
@@ -14,10 +16,14 @@ import secrets
 
 from django.conf import settings
 
+from llmops.env import DEVELOPMENT_SECRET_KEY
+
 __all__ = [
+    "DEVELOPMENT_HASH_SECRETS",
     "PREFIX_LENGTH",
     "SECRET_PREFIX",
     "candidate_hashes",
+    "derived_hash_secret",
     "display_prefix",
     "new_secret",
     "secret_hash",
@@ -32,6 +38,19 @@ PREFIX_LENGTH = 12
 keys apart, nothing towards guessing the other 214)."""
 MAX_SECRET_LENGTH = 200
 """Longer values are not keys of ours and are not hashed (a header of megabytes)."""
+
+
+def derived_hash_secret(secret_key: str) -> str:
+    """``API_KEY_HASH_SECRET`` when it is not set: one derived from ``DJANGO_SECRET_KEY``, or from
+    the development key when that is not set either (llmops/settings.py)."""
+    return f"derived:{secret_key}"
+
+
+DEVELOPMENT_HASH_SECRETS = frozenset(
+    {DEVELOPMENT_SECRET_KEY, derived_hash_secret(DEVELOPMENT_SECRET_KEY)}
+)
+"""Hash secrets anyone can read in this repository: under one, a copy of the database can be
+checked against a guess and the demo key's secret (keys/demo.py) computed."""
 
 
 def _hash_key(value: str) -> bytes:

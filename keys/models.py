@@ -27,6 +27,15 @@ class ApiKey(models.Model):
     rpm = models.PositiveIntegerField(
         null=True, blank=True, help_text="Submissions per minute; empty: only the user's rate."
     )
+    parent = models.ForeignKey(
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="children",
+        help_text="The key that minted this one through the API: its budget holds this key's "
+        "spend too.",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -6,8 +6,10 @@ secret or puts one in an error.
 """
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -15,19 +17,24 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from api.errors import Conflict, ValidationFailed
+from api.errors import ApplicationError, Conflict, ValidationFailed
 from keys.hashing import MAX_SECRET_LENGTH, candidate_hashes, display_prefix, new_secret
 from keys.hashing import secret_hash as hash_of
 from keys.models import ApiKey, ApiKeySecret
+from keys.permissions import InsufficientScope
+from keys.selectors import api_key_budget
+from keys.signals import api_key_event
 from keys.validation import KeyRequest
 from ledger.models import Budget
 
 __all__ = [
+    "KeyNotCovered",
     "KeyRefused",
     "Rotation",
     "api_key_authenticate",
-    "api_key_check_grant",
+    "api_key_check_covers",
     "api_key_create",
+    "api_key_grant",
     "api_key_import",
     "api_key_revoke",
     "api_key_rotate",
@@ -49,11 +56,15 @@ def _store_secret(key: ApiKey, secret: str) -> ApiKeySecret:
 
 @transaction.atomic
 def api_key_create(
-    *, user: User, request: KeyRequest, secret: str | None = None
+    *, user: User, request: KeyRequest, secret: str | None = None, parent: ApiKey | None = None
 ) -> tuple[ApiKey, str]:
     """A new key of ``user`` and its secret, which only this return value ever holds. A
     ``max_budget_usd`` becomes the key's budget (a ``ledger.Budget`` of scope ``key``), held by
-    the same reservations as feature and user budgets."""
+    the same reservations as feature and user budgets. ``parent``: the key that mints it (pass
+    the request through ``api_key_grant`` first); the parent's budget and rate hold the new
+    key's spend and submits too."""
+    if parent is not None and parent.user_id != user.pk:
+        raise ValidationFailed("A key mints keys for its own user only.", code="invalid_parent")
     secret = secret or new_secret()
     key = ApiKey.objects.create(
         user=user,
@@ -62,6 +73,7 @@ def api_key_create(
         scopes=list(request.scopes),
         expires_at=request.expires_at,
         rpm=request.rpm,
+        parent=parent,
     )
     _store_secret(key, secret)
     if request.max_budget_usd is not None:
@@ -91,6 +103,9 @@ def api_key_revoke(*, key: ApiKey) -> ApiKey:
     now = timezone.now()
     if ApiKey.objects.filter(id=key.id, revoked_at__isnull=True).update(revoked_at=now):
         logger.info("API key %s (%s...) revoked", key.id, key.prefix)
+        api_key_event.send(
+            sender=ApiKey, key=key, action="revoked", changes={"revoked_at": (None, now)}
+        )
     key.refresh_from_db(fields=["revoked_at"])
     return key
 
@@ -122,8 +137,14 @@ def api_key_rotate(*, key: ApiKey, grace_seconds: int | None = None) -> Rotation
     ).update(expires_at=ends)
     secret = new_secret()
     _store_secret(locked, secret)
-    locked.prefix = display_prefix(secret)
+    before, locked.prefix = locked.prefix, display_prefix(secret)
     locked.save(update_fields=["prefix"])
+    api_key_event.send(
+        sender=ApiKey,
+        key=locked,
+        action="rotated",
+        changes={"prefix": (before, locked.prefix), "previous_secrets_end": (None, ends)},
+    )
     logger.info(
         "API key %s rotated to %s...; the old secret ends %s", locked.id, locked.prefix, ends
     )
@@ -173,22 +194,88 @@ def _record_use(key: ApiKey, now: datetime) -> None:
     key.last_used_at = now
 
 
-def api_key_check_grant(*, caller: ApiKey | None, request: KeyRequest) -> None:
-    """What a key may give a key it creates: no scope it lacks itself, and no life beyond its
-    own (a leaked key must not mint a wider or longer-lived one). A session may give anything."""
-    from keys.permissions import InsufficientScope  # keys.permissions imports the models only
+class KeyNotCovered(ApplicationError):
+    """A key asked to rotate or revoke another key of its user that holds more than it does."""
 
+    status_code = 403
+    code = "key_not_covered"
+
+
+def _budget_limit(key: ApiKey) -> Decimal | None:
+    budget = api_key_budget(key)
+    return budget.limit_usd if budget is not None else None
+
+
+def _within(value: Any, ceiling: Any) -> bool:
+    """``value`` (None: unbounded) is at most ``ceiling`` (None: unbounded)."""
+    return ceiling is None or (value is not None and value <= ceiling)
+
+
+def api_key_grant(*, caller: ApiKey | None, request: KeyRequest) -> KeyRequest:
+    """What a key may give a key it mints: no scope it lacks itself, no life beyond its own, no
+    budget or rate above its own (a leaked key must not mint a wider or longer-lived one). A
+    budget or rate the request leaves out is the caller's; more is refused. Returns the request
+    as granted. A session (``caller`` None) may give anything."""
     if caller is None:
-        return
+        return request
     for scope in request.scopes:
         if scope not in caller.scopes:
             raise InsufficientScope(scope, caller.scopes)
-    if caller.expires_at is not None and (
-        request.expires_at is None or request.expires_at > caller.expires_at
-    ):
+    if not _within(request.expires_at, caller.expires_at):
+        assert caller.expires_at is not None
         raise ValidationFailed(
             "A key cannot outlive the key that creates it: expires_at must be at most "
             f"{caller.expires_at.isoformat()}.",
             code="invalid_expires_at",
             detail={"field": "expires_at", "maximum": caller.expires_at.isoformat()},
+        )
+    budget = api_key_budget(caller)
+    limit, period = request.max_budget_usd, request.budget_period
+    if budget is not None:
+        if limit is None:
+            limit, period = budget.limit_usd, budget.period
+        elif limit > budget.limit_usd:
+            raise ValidationFailed(
+                "A key cannot have a larger budget than the key that creates it: "
+                f"max_budget_usd must be at most {budget.limit_usd}.",
+                code="invalid_max_budget_usd",
+                detail={"field": "max_budget_usd", "maximum": f"{budget.limit_usd:.6f}"},
+            )
+    rpm = request.rpm
+    if caller.rpm is not None:
+        if rpm is None:
+            rpm = caller.rpm
+        elif rpm > caller.rpm:
+            raise ValidationFailed(
+                "A key cannot submit faster than the key that creates it: rpm must be at most "
+                f"{caller.rpm}.",
+                code="invalid_rpm",
+                detail={"field": "rpm", "maximum": caller.rpm},
+            )
+    return replace(request, max_budget_usd=limit, budget_period=period, rpm=rpm)
+
+
+def api_key_check_covers(*, caller: ApiKey | None, target: ApiKey, action: str) -> None:
+    """A key may rotate or revoke another key of its user only if it holds at least what that
+    key holds: its scopes, its lifetime, its budget and its rate. Otherwise a narrow key could
+    take over (rotate) or cut off (revoke) a wider one. A key may always act on itself; a
+    session on any key of its user."""
+    if caller is None or caller.id == target.id:
+        return
+    problems = []
+    missing = [scope for scope in target.scopes if scope not in caller.scopes]
+    if missing:
+        problems.append(f"the scopes {', '.join(missing)}")
+    if not _within(target.expires_at, caller.expires_at):
+        problems.append("a longer lifetime")
+    if not _within(_budget_limit(target), _budget_limit(caller)):
+        problems.append("a larger budget")
+    if not _within(target.rpm, caller.rpm):
+        problems.append("a higher rate")
+    if problems:
+        raise KeyNotCovered(
+            f"This API key cannot {action} key {target.id}: that key holds "
+            f"{' and '.join(problems)} beyond this one. Use a key that holds at least what it "
+            "holds, or sign in.",
+            detail={"key_id": target.id, "wider": problems},
         )

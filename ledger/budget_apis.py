@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from api.errors import NotFound
 from api.pagination import paginated_response
-from api.schema import PAGE_NOT_FOUND, error_headers, errors
+from api.schema import error_headers, errors, page_responses
 from keys.permissions import HasScope
 from keys.scopes import ADMIN
 from ledger.forecast import budget_status, budget_statuses
@@ -82,10 +82,7 @@ class BudgetListApi(APIView):
         operation_id="budgets_list",
         summary="Every budget with its current window and forecast (staff)",
         parameters=error_headers(),
-        responses={
-            200: BudgetStatusOutputSerializer(many=True),
-            **errors({403: ["permission_denied"], 404: []}, descriptions=PAGE_NOT_FOUND),
-        },
+        responses=page_responses(BudgetStatusOutputSerializer, {403: ["permission_denied"]}),
     )
     def get(self, request: Request) -> Response:
         budgets = Budget.objects.select_related("user", "api_key").order_by("id")

@@ -31,6 +31,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
+from keys.selectors import api_key_ancestor_ids, api_key_lineage_ids
 from ledger.config_cache import config_snapshot
 from ledger.models import Budget, BudgetReservation, BudgetWindow, CostEntry, ModelPrice
 from ledger.pricing import upper_bound_cost
@@ -92,8 +93,9 @@ def budgets_for(
     include_disabled: bool = False,
 ) -> list[Budget]:
     """The enabled budgets (every one, with ``include_disabled``) that apply to a job of this
-    feature, user and API key, in id order. Read from this process's copy when it is current
-    (ledger/config_cache.py); they are shared: never change them."""
+    feature, user and API key, in id order: a key's budget, and the budgets of the keys that
+    minted it. Read from this process's copy when it is current (ledger/config_cache.py); they
+    are shared: never change them."""
     snapshot = config_snapshot()
     if snapshot is not None:
         return snapshot.budgets_for(feature, user_id, api_key_id, include_disabled=include_disabled)
@@ -102,7 +104,8 @@ def budgets_for(
         scope=Budget.Scope.USER, user_id=user_id
     )
     if api_key_id is not None:
-        scope |= Q(scope=Budget.Scope.KEY, api_key_id=api_key_id)
+        keys = [api_key_id, *api_key_ancestor_ids(api_key_id)]
+        scope |= Q(scope=Budget.Scope.KEY, api_key_id__in=keys)
     return list(budgets.filter(scope).select_related("user", "api_key").order_by("id"))
 
 
@@ -110,8 +113,8 @@ def _ledger_spend(budget: Budget, start: datetime, end: datetime) -> Decimal:
     entries = CostEntry.objects.filter(created_at__gte=start, created_at__lt=end)
     if budget.scope == Budget.Scope.FEATURE:
         entries = entries.filter(feature=budget.feature)
-    elif budget.scope == Budget.Scope.KEY:
-        entries = entries.filter(api_key_id=budget.api_key_id)
+    elif budget.scope == Budget.Scope.KEY and budget.api_key_id is not None:
+        entries = entries.filter(api_key_id__in=api_key_lineage_ids(budget.api_key_id))
     else:
         entries = entries.filter(user=budget.user)
     return entries.aggregate(total=Sum("cost_usd"))["total"] or Decimal(0)
@@ -227,21 +230,26 @@ def budgets_exhausted_for(
 
 @dataclass(frozen=True)
 class BudgetRefusal:
-    """Why an attempt may not start now, and what to do with its job."""
+    """Why an attempt may not start now, and what to do with its job: a budget it does not fit
+    (``usage``), or the job's own cap (``code`` ``max_cost_exceeded``, ``usage`` None)."""
 
     action: Literal["reject", "defer", "wait"]
-    usage: BudgetUsage
+    usage: BudgetUsage | None
     amount_usd: Decimal
+    code: str = "budget_exceeded"
+    cap_message: str = ""
 
     @property
     def retry_at(self) -> datetime:
-        if self.action == "wait":
+        if self.action == "wait" or self.usage is None:
             wait = RESERVATION_WAIT_SECONDS * settings.LLM_RETRY_DELAY_SCALE
             return timezone.now() + timedelta(seconds=wait)
         return self.usage.window_end
 
     @property
     def message(self) -> str:
+        if self.usage is None:
+            return self.cap_message
         usage, budget = self.usage, self.usage.budget
         head = (
             f"Budget {budget.name} ({budget.period}, ${budget.limit_usd}) cannot take this "
@@ -264,6 +272,8 @@ class Reservation:
     """Shared by its rows; None when no budget applied (nothing is held)."""
     rows: int = 0
     amount_usd: Decimal = Decimal(0)
+    price: ModelPrice | None = None
+    """The price the attempt is reserved, and so booked, at (``jobs.JobAttempt.price``)."""
 
 
 def budget_reserve(
@@ -279,9 +289,11 @@ def budget_reserve(
     from ledger.selectors import price_for_model  # imports alerts, which imports this module
 
     budgets = budgets_for(feature=job.feature, user_id=job.user_id, api_key_id=job.api_key_id)
-    if not budgets:
-        return Reservation(token=None)
+    # The price of the model that will run (a fallback's, once the job moved): the attempt is
+    # reserved, capped and booked at it.
     price = price_for_model(model=job.run_model)
+    if not budgets and job.max_cost_usd is None:
+        return Reservation(token=None, price=price)
     amount = Decimal(0)
     if price is not None:
         amount = upper_bound_cost(
@@ -295,6 +307,19 @@ def budget_reserve(
             amount = (amount * (Decimal(1) - price.batch_discount)).quantize(
                 Decimal("0.000001"), rounding=ROUND_CEILING
             )
+    if job.max_cost_usd is not None and job.cost_usd + amount > job.max_cost_usd:
+        return BudgetRefusal(
+            "reject",
+            None,
+            amount,
+            code="max_cost_exceeded",
+            cap_message=(
+                f"The next attempt on {job.run_model} could cost up to ${amount}, and the job has "
+                f"cost ${job.cost_usd} of its max_cost_usd ${job.max_cost_usd}: not sent."
+            ),
+        )
+    if not budgets:
+        return Reservation(token=None, price=price)
     now = timezone.now()
     bounds = {b.id: window_bounds(b.period, now) for b in budgets}
     for budget in budgets:
@@ -351,7 +376,7 @@ def budget_reserve(
                 for budget in budgets
             ]
         )
-    return Reservation(token=token, rows=len(budgets), amount_usd=amount)
+    return Reservation(token=token, rows=len(budgets), amount_usd=amount, price=price)
 
 
 def budget_claim(*, reservation: Reservation) -> bool:

@@ -32,6 +32,8 @@ from django.db import connection, transaction
 from django.db.models.signals import post_delete, post_save
 from redis.exceptions import RedisError
 
+from keys.models import ApiKey
+from keys.selectors import api_key_ancestor_ids
 from ledger.models import Budget, ModelPrice
 from llmops.queues import LLM_QUEUE, config_token_key
 from providers.models import Provider
@@ -62,6 +64,8 @@ class Snapshot:
     budgets_by_key: dict[int, list[Budget]] = field(default_factory=dict)
     """Every budget, enabled or not (with its user or key), by scope, each list in id order: a
     disabled budget still counts spend (ledger/budgets.py ``budget_settle``)."""
+    key_parents: dict[int, int] = field(default_factory=dict)
+    """The key that minted each key minted by a key: its budget holds the minted key too."""
 
     def price_at(self, model: str, at: datetime) -> ModelPrice | None:
         for price in self.prices.get(model, ()):
@@ -81,7 +85,8 @@ class Snapshot:
         if user_id is not None:
             found += self.budgets_by_user.get(user_id, ())
         if api_key_id is not None:
-            found += self.budgets_by_key.get(api_key_id, ())
+            for key_id in (api_key_id, *api_key_ancestor_ids(api_key_id, self.key_parents)):
+                found += self.budgets_by_key.get(key_id, ())
         if not include_disabled:
             found = [budget for budget in found if budget.enabled]
         return sorted(found, key=lambda budget: budget.id)
@@ -168,6 +173,10 @@ def _load(token: str) -> Snapshot:
         budgets_by_feature=by_feature,
         budgets_by_user=by_user,
         budgets_by_key=by_key,
+        # Only key budgets walk the chain of minted keys: without one, no query for it.
+        key_parents=dict(ApiKey.objects.filter(parent__isnull=False).values_list("id", "parent_id"))
+        if by_key
+        else {},
     )
 
 
@@ -175,6 +184,12 @@ def _on_change(**kwargs: object) -> None:
     config_changed()
 
 
+def _on_key_minted(*, instance: ApiKey, created: bool, **kwargs: object) -> None:
+    if created and instance.parent_id is not None:
+        config_changed()
+
+
 for _model in (ModelPrice, Budget, Provider):
     post_save.connect(_on_change, sender=_model, dispatch_uid=f"config_cache_{_model.__name__}")
     post_delete.connect(_on_change, sender=_model, dispatch_uid=f"config_cache_d{_model.__name__}")
+post_save.connect(_on_key_minted, sender=ApiKey, dispatch_uid="config_cache_key_minted")

@@ -29,6 +29,7 @@ from django.conf import settings
 from django.db.models import Q, Sum
 from django.utils import timezone
 
+from keys.selectors import api_key_lineage_ids
 from ledger.budgets import BudgetUsage, budget_usage
 from ledger.models import Budget, CostEntry
 
@@ -109,8 +110,8 @@ def lookback_hours_for(*, budget: Budget, window_start: datetime, now: datetime)
 def _scope_spend(budget: Budget, start: datetime, end: datetime) -> Decimal:
     if budget.scope == Budget.Scope.FEATURE:
         scope = Q(feature=budget.feature)
-    elif budget.scope == Budget.Scope.KEY:
-        scope = Q(api_key_id=budget.api_key_id)
+    elif budget.scope == Budget.Scope.KEY and budget.api_key_id is not None:
+        scope = Q(api_key_id__in=api_key_lineage_ids(budget.api_key_id))
     else:
         scope = Q(user_id=budget.user_id)
     entries = CostEntry.objects.filter(scope, created_at__gte=start, created_at__lte=end)

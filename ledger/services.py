@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from jobs.models import JobAttempt
 from ledger.budgets import budget_reserved_price, budget_settle
 from ledger.hooks import cost_entry_booked
 from ledger.models import CostEntry, ModelPrice
@@ -59,10 +60,11 @@ class AttemptRecord:
     """A batch result whose job had moved on: booked (it was paid), not the job's answer."""
 
 
-def job_upper_bound_cost(*, job: "LlmJob") -> Decimal:
+def job_upper_bound_cost(*, job: "LlmJob", price: ModelPrice | None = None) -> Decimal:
     """The most one attempt of this job can cost at today's price (0 without a price); what
-    ``budget_reserve`` holds for it."""
-    price = price_for_model(model=job.run_model)
+    ``budget_reserve`` holds for it. ``price``: the price in force of its model, when the caller
+    read it already."""
+    price = price or price_for_model(model=job.run_model)
     if price is None:
         return Decimal(0)
     return upper_bound_cost(
@@ -74,12 +76,24 @@ def job_upper_bound_cost(*, job: "LlmJob") -> Decimal:
     )
 
 
-def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRecord) -> CostEntry:
-    """Book one attempt. Call inside the transaction of the job's transition."""
-    # The price its budget reservation was computed with when this attempt started (so a price
-    # edited during the call cannot book more than was held), else the price in force now:
-    # either way the rate of this attempt, not of the job's first.
+def _attempt_terms(job: "LlmJob", attempt: int) -> tuple[str, ModelPrice | None]:
+    """The model and price attempt ``attempt`` was claimed at (``jobs.JobAttempt``): the job
+    may have moved to a fallback model since, and a late or superseded result of this attempt is
+    still the model it ran on. An attempt claimed before attempts were recorded: the price its
+    budget reservation used, else the one in force now, on the job's model."""
+    claimed = (
+        JobAttempt.objects.filter(job_id=job.id, attempt=attempt).select_related("price").first()
+    )
+    if claimed is not None:
+        return claimed.model, claimed.price
     price = budget_reserved_price(job=job, attempt=attempt) or price_for_model(model=job.run_model)
+    return job.run_model, price
+
+
+def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRecord) -> CostEntry:
+    """Book one attempt, at the model and price it was claimed at. Call inside the transaction
+    of the job's transition."""
+    model, price = _attempt_terms(job, attempt)
     estimated = False
     saved = Decimal(0)
     if record.outcome == CostEntry.Outcome.SUCCESS:
@@ -120,6 +134,7 @@ def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRec
         job=job,
         attempt=attempt,
         record=record,
+        model=model,
         price=price,
         cost=cost,
         is_estimated=estimated,
@@ -155,6 +170,7 @@ def cost_entry_correct_late_result(
         job=job,
         attempt=attempt,
         record=record,
+        model=estimated.model,
         price=price,
         cost=real - estimated.cost_usd,
         entry_type=CostEntry.EntryType.CORRECTION,
@@ -167,6 +183,7 @@ def _create_row(
     job: "LlmJob",
     attempt: int,
     record: AttemptRecord,
+    model: str,
     price: ModelPrice | None,
     cost: Decimal,
     is_estimated: bool = False,
@@ -181,7 +198,7 @@ def _create_row(
         corrects=corrects,
         # A correction books against the attempt as it ran, whatever the job became since.
         feature=corrects.feature if corrects else job.feature,
-        model=corrects.model if corrects else job.run_model,
+        model=corrects.model if corrects else model,
         provider=corrects.provider
         if corrects
         else (price.provider_name if price else DEFAULT_PROVIDER),

@@ -10,14 +10,16 @@ import os
 import secrets
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlparse, urlsplit
+from urllib.parse import urlsplit
 
 import dj_database_url
 import environs
 import marshmallow
 from django.core.exceptions import ImproperlyConfigured
 
-__all__ = ["DEVELOPMENT_SECRET_KEY", "Env", "env", "with_socket_timeouts"]
+from llmops.redis_config import RedisServer, redis_server
+
+__all__ = ["DEVELOPMENT_SECRET_KEY", "Env", "env"]
 
 DEVELOPMENT_SECRET_KEY = "dev-only-insecure-key-change-me-in-production"
 
@@ -47,6 +49,13 @@ class Env(environs.Env):
         super().__init__()
         self.add_parser_from_field("_switch", _Switch)
         self.add_parser_from_field("_number", _Number)
+        self.read_names: set[str] = set()
+        """Every variable the settings read: the project's own, which no provider row may name
+        as its key's variable (providers/key_envs.py)."""
+
+    def _get_from_environ(self, key: str, default: Any, *, proxied: bool = False) -> Any:
+        self.read_names.add(key)
+        return super()._get_from_environ(key, default, proxied=proxied)
 
     def switch(self, name: str, default: bool) -> bool:
         try:
@@ -64,6 +73,7 @@ class Env(environs.Env):
 
     def json_value(self, name: str, default: Any) -> Any:
         """Parsed JSON, checked by its app; errors never echo the value (it may hold secrets)."""
+        self.read_names.add(name)
         if not os.environ.get(name, "").strip():
             return default
         try:
@@ -109,7 +119,12 @@ class Env(environs.Env):
             if not urlsplit(url).path[1:]:
                 config["NAME"] = base_dir / "db.sqlite3"
         else:
-            options = {"charset": "utf8mb4", "isolation_level": "read committed"}
+            # A dead host fails a connect within 10 s, not the kernel's two minutes.
+            options = {
+                "charset": "utf8mb4",
+                "isolation_level": "read committed",
+                "connect_timeout": 10,
+            }
             if not config["NAME"]:
                 raise ImproperlyConfigured(f"{name} must name a database: mysql://user@host/name")
             config["USER"] = config["USER"] or "root"
@@ -117,6 +132,17 @@ class Env(environs.Env):
             config["PORT"] = str(config["PORT"] or 3306)
         config["OPTIONS"] = {**options, **config.get("OPTIONS", {})}
         return config
+
+    def redis(self, name: str, default: str) -> RedisServer:
+        """``name`` (REDIS_URL), or the primary that ``REDIS_SENTINELS`` (host:port,...) watch
+        as ``REDIS_SENTINEL_MASTER``, or a redis+sentinel:// URL (llmops/redis_config.py)."""
+        return redis_server(
+            self.str(name, default),
+            sentinels=self.names("REDIS_SENTINELS"),
+            master=self.str("REDIS_SENTINEL_MASTER", ""),
+            sentinel_password=self.str("REDIS_SENTINEL_PASSWORD", ""),
+            failover_seconds=self.number("REDIS_SENTINEL_RETRY_SECONDS", 10.0, minimum=0.0),
+        )
 
     def secret_key(self, name: str, *, debug: bool, secure: bool) -> str:
         value = self.str(name, "")
@@ -155,6 +181,7 @@ class Env(environs.Env):
         return (header, value)
 
     def _bounded(self, parse: Any, what: str, name: str, default: Any, minimum: Any) -> Any:
+        self.read_names.add(name)
         raw = os.environ.get(name, "")
         if not raw.strip():
             return default
@@ -168,13 +195,3 @@ class Env(environs.Env):
 
 
 env = Env()
-
-
-def with_socket_timeouts(url: str, socket_timeout: float, connect_timeout: float) -> str:
-    """``url`` with redis-py's socket timeouts as query options (django-rq passes nothing else
-    for a URL), unless the URL names its own."""
-    parts = urlparse(url)
-    options = dict(parse_qsl(parts.query))
-    options.setdefault("socket_timeout", f"{socket_timeout:g}")
-    options.setdefault("socket_connect_timeout", f"{connect_timeout:g}")
-    return parts._replace(query=urlencode(options)).geturl()

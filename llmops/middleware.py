@@ -12,6 +12,9 @@ the query string: it may hold a token), status, duration in ms. uvicorn's own ac
 request id. Health probes that succeed are logged at DEBUG: a load balancer calls them every
 few seconds.
 
+It also binds the request for the audit trail (audit/context.py): a change the request makes
+names its user and key.
+
 Works under WSGI and ASGI: async-capable, so under ASGI it runs in the request's own task and
 the context it binds reaches the sync views that asgiref runs on threads (they get a copy).
 """
@@ -26,6 +29,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 from django.utils.log import log_response
 
+from audit.context import request_bound
 from llmops.logs import log_context
 
 __all__ = ["REQUEST_ID_HEADER", "RequestLogMiddleware", "request_id_from"]
@@ -99,7 +103,7 @@ class RequestLogMiddleware:
             return self._acall(request)
         request_id = request_id_from(request)
         started = time.monotonic()
-        with log_context(request_id=request_id):
+        with log_context(request_id=request_id), request_bound(request):
             response = self.get_response(request)  # type: ignore[assignment]
             assert isinstance(response, HttpResponseBase)
             response.headers[REQUEST_ID_HEADER] = request_id
@@ -109,7 +113,7 @@ class RequestLogMiddleware:
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
         request_id = request_id_from(request)
         started = time.monotonic()
-        with log_context(request_id=request_id):
+        with log_context(request_id=request_id), request_bound(request):
             response = await self.get_response(request)  # type: ignore[misc]
             response.headers[REQUEST_ID_HEADER] = request_id
             _log_access(request, response, started)

@@ -14,6 +14,7 @@ __all__ = [
     "ALERT_FOR_FAILURE_TASK",
     "BATCH_CANCEL_TASK",
     "DELIVER_CALLBACK_TASK",
+    "DELIVER_WEBHOOK_TASK",
     "DEFAULT_QUEUE",
     "DELIVER_ALERT_TASK",
     "FINGERPRINT_CHECK_TASK",
@@ -52,7 +53,11 @@ DELIVER_ALERT_TASK = "alerts.tasks.deliver_alert"
 FINGERPRINT_CHECK_TASK = "alerts.tasks.failure_fingerprint_check"
 REQUEUE_MATCHING_TASK = "dlq.tasks.requeue_matching"
 BATCH_CANCEL_TASK = "batches.tasks.cancel_batch_jobs"
+DELIVER_WEBHOOK_TASK = "webhooks.tasks.deliver_webhook"
+"""One attempt of a webhook delivery (alerts queue)."""
 DELIVER_CALLBACK_TASK = "batches.tasks.deliver_callback"
+"""A batch callback's attempt as queued before webhooks/ took them over: kept so that the RQ jobs
+waiting at the upgrade still run (their rows kept their ids)."""
 AGENT_TOOLS_TASK = "agents.tasks.run_agent_tools"
 """The tool calls of an agent run's current turn (agents queue)."""
 

@@ -5,11 +5,16 @@ means: docs/operations.md#settings; values wrong for an app are its checks (llmo
 import os
 from pathlib import Path
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-
-from alerts import targets as alert_targets
-from llmops.env import DEVELOPMENT_SECRET_KEY, env, with_socket_timeouts  # noqa: F401
+from agents.defaults import *  # noqa: F403 (each app's group of settings, read as here)
+from alerts.defaults import *  # noqa: F403
+from deferred.defaults import *  # noqa: F403
+from jobs.defaults import *  # noqa: F403
+from jobs.defaults import LLM_MAX_REQUEST_BYTES
+from keys.hashing import derived_hash_secret
+from llmops.env import DEVELOPMENT_SECRET_KEY, env
 from llmops.queues import AGENTS_QUEUE, ALERTS_QUEUE, DEFAULT_QUEUE, KEY_PREFIX, LLM_QUEUE
+from ratelimits.defaults import *  # noqa: F403
+from webhooks.defaults import *  # noqa: F403
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -72,6 +77,9 @@ INSTALLED_APPS = [
     "embeddings",
     "features",
     "deferred",
+    "audit",  # who changed providers, prices, budgets, feature policies and keys
+    "webhooks",  # signed POSTs of final states to callback URLs: jobs, agent runs, batches
+    "gateway",  # the front doors: the Anthropic and OpenAI APIs at /anthropic and /openai/v1
 ]
 
 MIDDLEWARE = [
@@ -200,10 +208,11 @@ SPECTACULAR_SETTINGS = {
 
 # --- API keys (keys/, docs/operations.md#api-keys) -------------------------------------------
 # Keys are stored as HMAC-SHA256 under this secret, never in the database. Empty: derived from
-# DJANGO_SECRET_KEY under DJANGO_SECURE (rotating that one then invalidates every key), else a
-# fixed development value. Old values in API_KEY_HASH_SECRET_FALLBACKS keep keys working.
-API_KEY_HASH_SECRET = env.str("API_KEY_HASH_SECRET", "") or (
-    "derived:" + (SECRET_KEY if SECURE else DEVELOPMENT_SECRET_KEY)
+# DJANGO_SECRET_KEY when that is set (changing it then invalidates every key), else from the
+# development key, which check --deploy refuses (keys.E001). Old values in
+# API_KEY_HASH_SECRET_FALLBACKS keep keys working.
+API_KEY_HASH_SECRET = env.str("API_KEY_HASH_SECRET", "") or derived_hash_secret(
+    env.str("DJANGO_SECRET_KEY", "") or DEVELOPMENT_SECRET_KEY
 )
 API_KEY_HASH_SECRET_FALLBACKS = env.names("API_KEY_HASH_SECRET_FALLBACKS")
 # A rotated key's old secret works this long unless the rotation says otherwise (a day).
@@ -215,6 +224,9 @@ API_KEY_LAST_USED_INTERVAL_SECONDS = env.number(
 
 # --- Redis, queues, workers -------------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# Or the primary Redis Sentinel names (docs/deploy.md#redis-sentinel): REDIS_SENTINELS with
+# REDIS_SENTINEL_MASTER, or a redis+sentinel:// REDIS_URL. Every client below is built from it.
+REDIS = env.redis("REDIS_URL", "redis://127.0.0.1:6379/0")
 LLM_JOB_TIMEOUT = env.integer("LLM_JOB_TIMEOUT", 240, minimum=10)
 LLM_JOB_TIMEOUT_MARGIN = env.number("LLM_JOB_TIMEOUT_MARGIN", 30.0, minimum=1.0)
 
@@ -224,16 +236,7 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "jobs.channel_layer.RedisChannelLayer",  # channels-redis, cancellable receive
         "CONFIG": {
-            "hosts": [
-                {
-                    "address": REDIS_URL,
-                    "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT,
-                    "socket_connect_timeout": 5,
-                    "socket_keepalive": True,
-                    # Once more on a new connection: after a Redis restart each pooled one is dead.
-                    "retry_on_error": [RedisConnectionError],
-                }
-            ],
+            "hosts": [REDIS.channel_layer_host(CHANNEL_LAYER_SOCKET_TIMEOUT, connect_timeout=5)],
             "prefix": KEY_PREFIX + "channels:",
             # Dropped silently past it; a slow socket's backlog is bounded by WS_MAX_QUEUED_BYTES.
             "capacity": env.integer("CHANNEL_LAYER_CAPACITY", 1000, minimum=100),
@@ -260,17 +263,20 @@ LLM_WORKER_DB_SLOT_WAIT_SECONDS = env.number("LLM_WORKER_DB_SLOT_WAIT_SECONDS", 
 LLM_REDIS_SOCKET_TIMEOUT = env.number("LLM_REDIS_SOCKET_TIMEOUT", 10.0, minimum=3.0)
 LLM_REDIS_CONNECT_TIMEOUT = env.number("LLM_REDIS_CONNECT_TIMEOUT", 5.0, minimum=0.1)
 # Not for CHANNEL_LAYERS: a socket's channel-layer receive blocks as long as the socket is quiet.
-RQ_REDIS_URL = with_socket_timeouts(REDIS_URL, LLM_REDIS_SOCKET_TIMEOUT, LLM_REDIS_CONNECT_TIMEOUT)
+RQ_REDIS = REDIS.rq_connection(LLM_REDIS_SOCKET_TIMEOUT, LLM_REDIS_CONNECT_TIMEOUT)
 RQ_QUEUES = {
-    LLM_QUEUE: {"URL": RQ_REDIS_URL, "DEFAULT_TIMEOUT": LLM_JOB_TIMEOUT},
-    DEFAULT_QUEUE: {"URL": RQ_REDIS_URL, "DEFAULT_TIMEOUT": 300},
-    ALERTS_QUEUE: {"URL": RQ_REDIS_URL, "DEFAULT_TIMEOUT": 60},
+    LLM_QUEUE: {**RQ_REDIS, "DEFAULT_TIMEOUT": LLM_JOB_TIMEOUT},
+    DEFAULT_QUEUE: {**RQ_REDIS, "DEFAULT_TIMEOUT": 300},
+    ALERTS_QUEUE: {**RQ_REDIS, "DEFAULT_TIMEOUT": 60},
     # Each tool task sets its own timeout (its calls' timeouts: agents/runner.py).
-    AGENTS_QUEUE: {"URL": RQ_REDIS_URL, "DEFAULT_TIMEOUT": 600},
+    AGENTS_QUEUE: {**RQ_REDIS, "DEFAULT_TIMEOUT": 600},
 }
 
 # --- Provider ---------------------------------------------------------------------------------
 ANTHROPIC_API_KEY = env.str("ANTHROPIC_API_KEY", "")
+# Variables a provider row may name for its key besides *_API_KEY (comma-separated); never one
+# of these settings' own (providers/key_envs.py).
+LLM_PROVIDER_KEY_ENVS = env.names("LLM_PROVIDER_KEY_ENVS")
 FAKE_PROVIDER_URL = env.str("FAKE_PROVIDER_URL", "http://127.0.0.1:8787")
 # An explicit base URL always wins; with no key the local fake provider stands in.
 ANTHROPIC_BASE_URL = env.str("ANTHROPIC_BASE_URL", "") or (
@@ -287,94 +293,10 @@ LLM_CALL_DEADLINE_SCALE = env.number(
 )
 LLM_PROVIDER_CONNECT_TIMEOUT = env.number("LLM_PROVIDER_CONNECT_TIMEOUT", 10.0, minimum=0.1)
 
-# --- Jobs and retries -------------------------------------------------------------------------
-LLM_MAX_REQUEST_BYTES = env.integer("LLM_MAX_REQUEST_BYTES", 1024 * 1024, minimum=1024)
-WS_MAX_MESSAGE_BYTES = env.integer("WS_MAX_MESSAGE_BYTES", 16 * 1024, minimum=1024)
-WS_REAUTH_SECONDS = env.number("WS_REAUTH_SECONDS", 5.0, minimum=0.1)
-WS_MAX_QUEUED_BYTES = env.integer("WS_MAX_QUEUED_BYTES", 1024 * 1024, minimum=128 * 1024)
-WS_MAX_CONNECTIONS_PER_USER = env.integer("WS_MAX_CONNECTIONS_PER_USER", 20, minimum=1)
-LLM_BATCH_MAX_ITEMS = env.integer("LLM_BATCH_MAX_ITEMS", 10_000, minimum=1)
-LLM_EMBEDDING_GROUP_SIZE = env.integer("LLM_EMBEDDING_GROUP_SIZE", 128, minimum=1)  # <= 2048 used
-# 10,000 items of about 1.6 KB; the web process holds the parsed body (several times its size).
-LLM_BATCH_MAX_REQUEST_BYTES = env.integer(
-    "LLM_BATCH_MAX_REQUEST_BYTES", 16 * 1024 * 1024, minimum=1024
-)
-LLM_BATCH_PROGRESS_INTERVAL = env.number("LLM_BATCH_PROGRESS_INTERVAL", 1.0, minimum=0.0)
+# --- Jobs and retries: jobs/defaults.py, agents/defaults.py, deferred/defaults.py ------------
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(LLM_MAX_REQUEST_BYTES + 1, 2_621_440)
-LLM_MAX_ATTEMPTS = env.integer("LLM_MAX_ATTEMPTS", 10, minimum=1)
-# Each step a provider call of seconds to minutes: 20 in a row is already a long chain.
-PIPELINE_MAX_STEPS = env.integer("PIPELINE_MAX_STEPS", 20, minimum=1)
-# Agent tools: dotted modules imported at start beside every installed app's agent_tools.py.
-LLM_AGENT_TOOL_MODULES = env.names("LLM_AGENT_TOOL_MODULES", "agents.demo_tools")
-# A run waiting for a human longer than this (a day) fails with approval_timeout.
-LLM_AGENT_APPROVAL_TIMEOUT_SECONDS = env.number(
-    "LLM_AGENT_APPROVAL_TIMEOUT_SECONDS", 86400.0, minimum=1.0
-)
-# Tool calls of one turn run at once, up to this many (threads of the default worker).
-LLM_AGENT_TOOL_CONCURRENCY = env.integer("LLM_AGENT_TOOL_CONCURRENCY", 4, minimum=1)
-# Tool tasks (one per turn) one `rqworker agents` process runs at once, each on a thread.
-LLM_AGENT_WORKER_CONCURRENCY = env.integer("LLM_AGENT_WORKER_CONCURRENCY", 16, minimum=1)
-LLM_RETRY_SCHEDULES: dict[str, list[float]] = env.json_value("LLM_RETRY_SCHEDULES", {})
-LLM_RETRY_JITTER = env.number("LLM_RETRY_JITTER", 0.30, minimum=0.0)
-LLM_CONCURRENCY_PER_KEY = env.integer("LLM_CONCURRENCY_PER_KEY", 1, minimum=1)
-LLM_CONCURRENCY_KEY_WAIT_SECONDS = env.number("LLM_CONCURRENCY_KEY_WAIT_SECONDS", 2.0, minimum=0.1)
-LLM_RETRY_DELAY_SCALE = env.number("LLM_RETRY_DELAY_SCALE", 1.0, minimum=0.0)
-LLM_HEARTBEAT_SECONDS = env.number("LLM_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
-LLM_STALE_AFTER_SECONDS = env.number("LLM_STALE_AFTER_SECONDS", 45.0, minimum=1.0)
-LLM_LOST_QUEUE_GRACE_SECONDS = env.number("LLM_LOST_QUEUE_GRACE_SECONDS", 30.0, minimum=0.0)
-LLM_RECONCILE_INTERVAL = env.number("LLM_RECONCILE_INTERVAL", 15.0, minimum=0.1)
-# rq's scheduler polls every second: 15 s is many of its passes, not one late poll.
-LLM_OVERDUE_RETRY_SECONDS = env.number("LLM_OVERDUE_RETRY_SECONDS", 15.0, minimum=0.0)
-LLM_RECORD_RETRY_SECONDS = env.number("LLM_RECORD_RETRY_SECONDS", 60.0, minimum=0.0)
-LLM_BREAKER_ENABLED = env.switch("LLM_BREAKER_ENABLED", True)
-# One call every 30 s is no load, and dispatch resumes within about a minute of a fix.
-LLM_BREAKER_PROBE_SECONDS = env.number("LLM_BREAKER_PROBE_SECONDS", 30.0, minimum=1.0)
-LLM_OVERDUE_RETRY_ALERT_SECONDS = env.number("LLM_OVERDUE_RETRY_ALERT_SECONDS", 120.0, minimum=0.0)
-# Fallbacks (features/, jobs/fallbacks.py): two transient failures in a row on one model say it
-# is in trouble (a 529 storm lasts minutes), not a blip its own retry schedule rides out.
-LLM_FALLBACK_AFTER_ATTEMPTS = env.integer("LLM_FALLBACK_AFTER_ATTEMPTS", 2, minimum=1)
-# A limiter wait this long (a full minute's window is 60 s) is better spent on the next model.
-LLM_FALLBACK_AFTER_WAIT_SECONDS = env.number("LLM_FALLBACK_AFTER_WAIT_SECONDS", 30.0, minimum=0.0)
-# Deferred jobs (deferred/): gathered per model into provider message batches at the batch price.
-LLM_DEFERRED_FLUSH_SECONDS = env.number("LLM_DEFERRED_FLUSH_SECONDS", 60.0, minimum=0.0)
-LLM_DEFERRED_MAX_BATCH = env.integer("LLM_DEFERRED_MAX_BATCH", 10_000, minimum=1)
-# A batch is read this often: results are there only once it ends (minutes to hours).
-LLM_DEFERRED_POLL_SECONDS = env.number("LLM_DEFERRED_POLL_SECONDS", 10.0, minimum=0.1)
-# Beyond a real-time run's own bound (its RQ timeout): 10 minutes of slack before a deadline.
-LLM_DEFERRED_FALLBACK_MARGIN_SECONDS = env.number(
-    "LLM_DEFERRED_FALLBACK_MARGIN_SECONDS", 600.0, minimum=0.0
-)
-# Deadlines (jobs/deadlines.py): a WARNING when a feature meets fewer than 95 % in an hour; a
-# job whose deadline is within 60 s of its enqueue goes to the front of the llm queue.
-LLM_DEADLINE_ALERT_RATIO = env.number("LLM_DEADLINE_ALERT_RATIO", 0.95, minimum=0.0)
-LLM_DEADLINE_FRONT_SECONDS = env.number("LLM_DEADLINE_FRONT_SECONDS", 60.0, minimum=0.0)
-
-# --- Rate limits (ratelimits/, checked in ratelimits/checks.py) ------------------------------
-LLM_RATE_LIMIT_ENABLED = env.switch("LLM_RATE_LIMIT_ENABLED", True)
-LLM_RATE_LIMITS = env.json_value("LLM_RATE_LIMITS", {})
-# Just under a second: a `retry-after: 1` pause has begun by then, so it is waited out here.
-LLM_RATE_LIMIT_MAX_WAIT_SECONDS = env.number("LLM_RATE_LIMIT_MAX_WAIT_SECONDS", 0.99, minimum=0.0)
-LLM_RATE_LIMIT_WINDOW_SECONDS = env.number("LLM_RATE_LIMIT_WINDOW_SECONDS", 60.0, minimum=0.1)
-# Send-to-arrival jitter: 0.25 s of a 60 s window costs 0.4 % of the limit.
-LLM_RATE_LIMIT_MARGIN_SECONDS = env.number("LLM_RATE_LIMIT_MARGIN_SECONDS", 0.25, minimum=0.0)
-LLM_RATE_LIMIT_BURST_SECONDS = env.number("LLM_RATE_LIMIT_BURST_SECONDS", 5.0, minimum=0.0)
-LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS = env.number(
-    "LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS", 600.0, minimum=0.001
-)
-LLM_RATE_LIMIT_SLOW_START = env.switch("LLM_RATE_LIMIT_SLOW_START", True)
-LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY = env.integer(
-    "LLM_RATE_LIMIT_BOOTSTRAP_CONCURRENCY", 4, minimum=1
-)
-LLM_RATE_LIMIT_LEARNED_TTL_SECONDS = env.number(
-    "LLM_RATE_LIMIT_LEARNED_TTL_SECONDS", 3600.0, minimum=60.0
-)
-LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS = env.number(
-    "LLM_RATE_LIMIT_CONFIG_CACHE_SECONDS", 5.0, minimum=0.0
-)
-LLM_FEATURE_WEIGHTS = env.json_value("LLM_FEATURE_WEIGHTS", {})
-LLM_PRIORITY_FEATURES = frozenset(env.names("LLM_PRIORITY_FEATURES"))
-LLM_USER_FAIR_SHARE = env.switch("LLM_USER_FAIR_SHARE", True)
-LLM_USER_MAX_SHARE = env.number("LLM_USER_MAX_SHARE", 1.0)  # over 0, at most 1 (1: no cap)
+# --- Rate limits: ratelimits/defaults.py (checked in ratelimits/checks.py) ---------------
+# --- Webhooks: webhooks/defaults.py (checked in webhooks/checks.py) ---------------------------
 
 # --- Budgets, observability -------------------------------------------------------------------
 LEDGER_FORECAST_WINDOW_HOURS = env.number("LEDGER_FORECAST_WINDOW_HOURS", 24.0, minimum=0.1)
@@ -408,26 +330,9 @@ LOGGING = {
     },
 }
 
-# --- Alerts (checked in alerts/checks.py) -----------------------------------------------------
-ALERT_SEVERITIES = ("WARNING", "ERROR", "CRITICAL")
-ALERT_KINDS = alert_targets.KINDS
-ALERT_ROUTES = env.json_value("ALERT_ROUTES", {})  # for a severity with no AlertRoute row at all
-ALERT_PAGERDUTY_EVENTS_URL = env.str(
-    "ALERT_PAGERDUTY_EVENTS_URL", "https://events.pagerduty.com/v2/enqueue"
-)
-ALERT_DEDUP_SECONDS = env.integer("ALERT_DEDUP_SECONDS", 600, minimum=0)
-ALERT_RETRY_SCHEDULE = env.json_value("ALERT_RETRY_SCHEDULE", [5.0, 30.0, 120.0])
-ALERT_DELIVERY_TIMEOUT = env.number("ALERT_DELIVERY_TIMEOUT", 10.0, minimum=0.1)
+# --- Alerts: alerts/defaults.py (checked in alerts/checks.py) -----------------------------------
 # Off in production: workers would post wherever a caller points them inside our network.
 CALLBACK_ALLOW_PRIVATE_HOSTS = env.switch("CALLBACK_ALLOW_PRIVATE_HOSTS", DEBUG)
-ALERT_QUEUE_WAIT_THRESHOLDS = env.json_value("ALERT_QUEUE_WAIT_THRESHOLDS", {LLM_QUEUE: 60.0})
-# Resolve only under this fraction of the threshold: a queue hovering at it does not flap.
-ALERT_QUEUE_CLEAR_RATIO = env.number("ALERT_QUEUE_CLEAR_RATIO", 0.5)
-ALERT_MONITOR_INTERVAL = env.number("ALERT_MONITOR_INTERVAL", 15.0, minimum=0.1)
-LOOP_ERROR_BACKOFF_SECONDS = env.number("LOOP_ERROR_BACKOFF_SECONDS", 1.0, minimum=0.01)
-LOOP_ERROR_BACKOFF_MAX_SECONDS = env.number("LOOP_ERROR_BACKOFF_MAX_SECONDS", 30.0, minimum=0.01)
-ALERT_SOURCE = env.str("ALERT_SOURCE", "llmops")  # PagerDuty's payload.source, e.g. llmops-prod
-
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", "llmops-alerts@localhost")
 EMAIL_HOST = env.str("EMAIL_HOST", "localhost")

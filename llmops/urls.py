@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from agents.views import live_agents_page
 from api.apis import MeApi
 from api.trailing_slash import CATCH_ALL, api_not_found
+from gateway.urls import anthropic_urlpatterns, openai_urlpatterns
 from jobs.views import live_page
 from ops.home import home
 from ops.rq_dashboard import rq_dashboard_urlpatterns
@@ -36,6 +37,10 @@ urlpatterns = [
     path("api/v1/batches/", include("batches.urls")),
     path("api/v1/pipelines/", include("pipelines.urls")),
     path("api/v1/agent-runs/", include("agents.urls")),
+    path("api/v1/webhooks/", include("webhooks.urls")),
+    # The front doors: the providers' own APIs, for their SDKs (docs/front-doors.md).
+    path("anthropic/", include(anthropic_urlpatterns)),
+    path("openai/", include(openai_urlpatterns)),
     # Before django-rq's own URLs: its metrics endpoint is served with /metrics, under one
     # protection (metrics/access.py).
     path("", include("metrics.urls")),

@@ -27,7 +27,8 @@ Before the workers start, this sets up what they must share:
   directory that is removed at exit; a directory named in the environment is emptied at start.
   Counters start from zero with each start of the server, as they do with one process.
 - One ``SECRET_KEY``. Without ``DJANGO_SECRET_KEY`` each process would draw a random key of its
-  own, and a session logged in by one worker would be refused by the next.
+  own, and a session logged in by one worker would be refused by the next. With it goes the API
+  key hash secret the server derived without it (else derived from the key just set).
 - One logging configuration: ``settings.LOGGING`` is handed to uvicorn as ``--log-config``, so
   the supervisor's lines are formatted like every other process's.
 
@@ -134,6 +135,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             # DEBUG on: the development key every process would take anyway; off: one random
             # key for this start of the server, as one process had before.
             os.environ["DJANGO_SECRET_KEY"] = settings.SECRET_KEY
+            if not os.environ.get("API_KEY_HASH_SECRET"):
+                # Else the workers would derive it from the key just set, and no key made by
+                # another process (make token, llm_key) would work here.
+                os.environ["API_KEY_HASH_SECRET"] = settings.API_KEY_HASH_SECRET
         if workers > 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             metrics = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or runtime / "metrics")
             metrics.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -36,6 +36,7 @@ from loops.loop_health import (
     loop_start_record,
     loop_stop_record,
 )
+from runtime.db_connections import bound_database_waits
 
 __all__ = ["LoopCommand", "error_backoff_seconds"]
 
@@ -90,6 +91,7 @@ class LoopCommand(BaseCommand):
             self._watch_other_loops()
             return
         self.looping = True
+        bound_database_waits()  # a frozen database path fails a pass, never hangs the loop
         previous = {
             signum: signal.signal(signum, self._on_signal)
             for signum in (signal.SIGTERM, signal.SIGINT)

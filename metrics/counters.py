@@ -219,7 +219,7 @@ def count_transitions(jobs: Sequence["LlmJob"], transition: "Transition") -> Non
 
 
 def _count_dead_letter(job: "LlmJob") -> None:
-    # Only jobs.services._dead_letter moves a job into failed, and always with one FailureRecord
-    # whose severity and reason are the job's error_severity and error_code.
+    # Only _dead_letter (jobs/services/holds.py) moves a job into failed, always with one
+    # FailureRecord whose severity and reason are the job's error_severity and error_code.
     if job.status == "failed":
         count_failure(severity=job.error_severity, reason=job.error_code)

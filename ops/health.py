@@ -32,13 +32,13 @@ from typing import Any
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.utils import load_backend
+from django_rq.connection_utils import get_redis_connection
 from redis import Redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 from rq import Queue, Worker
 from rq.worker import WorkerStatus
 
 from llmops.queues import LLM_QUEUE
+from llmops.redis_config import probe_config
 
 __all__ = [
     "CHECK_TIMEOUT_SECONDS",
@@ -76,21 +76,11 @@ def liveness() -> dict[str, str]:
 
 
 def _redis_client() -> Redis:
-    """A client of its own on the llm queue's Redis, with short timeouts and no retries (django-rq's
-    client waits for minutes on a blocking dequeue and retries)."""
+    """A client of its own on the llm queue's Redis (or its primary, through Sentinel), with
+    short timeouts and no retries (django-rq's client waits for minutes on a blocking dequeue
+    and retries)."""
     config: dict[str, Any] = settings.RQ_QUEUES[LLM_QUEUE]
-    client = Redis.from_url(
-        str(config["URL"]),
-        db=config.get("DB"),
-        socket_timeout=CHECK_TIMEOUT_SECONDS,
-        socket_connect_timeout=CHECK_TIMEOUT_SECONDS,
-        retry=Retry(NoBackoff(), 0),
-    )
-    # The URL's own socket timeouts (LLM_REDIS_SOCKET_TIMEOUT) would win over the ones above.
-    client.connection_pool.connection_kwargs.update(
-        socket_timeout=CHECK_TIMEOUT_SECONDS, socket_connect_timeout=CHECK_TIMEOUT_SECONDS
-    )
-    return client
+    return get_redis_connection(probe_config(config, CHECK_TIMEOUT_SECONDS))
 
 
 def check_database() -> dict[str, Any]:

@@ -1,32 +1,23 @@
 """Thin DRF views of /api/v1/pipelines/: validate, call a service or selector, serialize."""
 
-import uuid
 from decimal import Decimal
-from typing import cast
+from typing import Any
 
 from django.contrib.auth.models import User
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import (
-    OpenApiParameter,
-    OpenApiResponse,
-    extend_schema,
-    extend_schema_field,
-)
+from drf_spectacular.utils import OpenApiResponse, extend_schema_field
 from rest_framework import serializers
-from rest_framework.request import Request
-from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from api.pagination import Pagination, paginated_response
-from api.path_ids import uuid_or_not_found
-from api.schema import PAGE_NOT_FOUND, error_headers, errors, location_header
-from api.submit_throttles import SubmitThrottle
-from api.submits import accepted_response
+from api.run_views import (
+    RunCancelApi,
+    RunDetailApi,
+    RunList,
+    RunListCreateApi,
+    RunResource,
+    RunSubmit,
+)
 from jobs.api_schema import JobErrorSerializer, JobOutputTextSerializer
 from jobs.models import LlmJob
 from jobs.selectors import job_output
-from keys.permissions import request_api_key_id
-from keys.scopes import JOBS_READ, JOBS_WRITE
 from pipelines.api_schema import (
     SUBMIT_EXAMPLE,
     PipelineSubmitSerializer,
@@ -36,12 +27,6 @@ from pipelines.models import Pipeline, PipelineStep
 from pipelines.selectors import pipeline_get_for_user, pipeline_list_for_user, pipeline_steps
 from pipelines.services import pipeline_cancel, pipeline_create
 
-PIPELINE_ID = OpenApiParameter(
-    "pipeline_id",
-    OpenApiTypes.UUID,
-    OpenApiParameter.PATH,
-    description="The pipeline's id; any other value, or another user's pipeline, answers 404.",
-)
 STEP_STATUSES = ["pending", *LlmJob.Status.values]
 _COST_USD = serializers.DecimalField(max_digits=16, decimal_places=6, coerce_to_string=True)
 """How a ``cost_usd`` rendered by hand (a 6-decimal string) appears in the schema."""
@@ -55,10 +40,6 @@ _SUBMIT_400 = [
     "invalid_steps",
     "too_many_steps",
 ]
-
-
-def _parse_id(value: str) -> uuid.UUID:
-    return uuid_or_not_found(value, message="No such pipeline.", code="pipeline_not_found")
 
 
 class PipelineStepErrorSerializer(JobErrorSerializer):
@@ -176,101 +157,60 @@ class PipelineOutputSerializer(PipelineRowSerializer):
         return list(PipelineStepSerializer(self.context["steps"], many=True, context=context).data)
 
 
-def _output(pipeline: Pipeline) -> dict:
-    steps = pipeline_steps(pipeline=pipeline)
-    return dict(PipelineOutputSerializer(pipeline, context={"steps": steps}).data)
+PIPELINES = RunResource(
+    "pipelines",
+    "pipeline",
+    ("No such pipeline.", "pipeline_not_found"),
+    pipeline_get_for_user,
+    "pipelines:pipeline-detail",
+    context=lambda pipeline: {"steps": pipeline_steps(pipeline=pipeline)},
+)
 
 
-class PipelineListCreateApi(APIView):
-    required_scopes = {"GET": JOBS_READ, "POST": JOBS_WRITE}
-    # A pipeline is a submit: it shares the per-user submit rate with jobs and batches (POST
-    # only; the list is never throttled).
-    throttle_classes = [SubmitThrottle]
-    pagination_class = Pagination
+def _submit(
+    *, user: User, data: Any, idempotency_key: str | None, api_key_id: int | None
+) -> tuple[Pipeline, bool]:
+    # A pipeline takes no Idempotency-Key: each submit creates one.
+    return pipeline_create(user=user, data=data, api_key_id=api_key_id), True
 
-    @extend_schema(
-        operation_id="pipelines_submit",
+
+class PipelineListCreateApi(RunListCreateApi):
+    resource = PIPELINES
+    submit = RunSubmit(
+        _submit,
+        PipelineSubmitSerializer,
+        SUBMIT_EXAMPLE,
+        OpenApiResponse(
+            PipelineSubmittedSerializer,
+            description="Accepted: every step valid, the first step's job queued.",
+        ),
         summary="Submit a pipeline of steps run one after the other",
-        request=PipelineSubmitSerializer,
-        examples=[SUBMIT_EXAMPLE],
-        parameters=[
-            location_header("The pipeline's status URL."),
-            *error_headers(),
-        ],
-        responses={
-            202: OpenApiResponse(
-                PipelineSubmittedSerializer,
-                description="Accepted: every step valid, the first step's job queued.",
-            ),
-            **errors(
-                {400: _SUBMIT_400, 413: [], 415: [], 429: ["budget_exceeded"]},
-                descriptions={
-                    400: (
-                        "The request is invalid. `invalid_steps`: detail.indexes lists every "
-                        "bad step, detail.errors describes each ({index, code, message, field}) "
-                        "with the code a job would get; nothing was saved."
-                    ),
-                },
+        invalid=_SUBMIT_400,
+        descriptions={
+            400: (
+                "The request is invalid. `invalid_steps`: detail.indexes lists every "
+                "bad step, detail.errors describes each ({index, code, message, field}) "
+                "with the code a job would get; nothing was saved."
             ),
         },
+        idempotent=False,
     )
-    def post(self, request: Request) -> Response:
-        pipeline = pipeline_create(
-            user=cast(User, request.user),
-            data=request.data,
-            api_key_id=request_api_key_id(request),
-        )
-        return accepted_response(request, pipeline, status_url_name="pipelines:pipeline-detail")
-
-    @extend_schema(
-        operation_id="pipelines_list",
-        summary="The caller's pipelines, newest first",
-        parameters=[OpenApiParameter("status", enum=Pipeline.Status.values), *error_headers()],
-        responses={
-            200: PipelineRowSerializer(many=True),
-            **errors({400: ["invalid_filter"], 404: []}, descriptions=PAGE_NOT_FOUND),
-        },
+    listing = RunList(
+        pipeline_list_for_user, PipelineRowSerializer, what="pipelines", feature=False, tags=False
     )
-    def get(self, request: Request) -> Response:
-        pipelines = pipeline_list_for_user(
-            user=cast(User, request.user), status=request.query_params.get("status")
-        )
-        return paginated_response(request, self, pipelines, PipelineRowSerializer)
 
 
-class PipelineDetailApi(APIView):
-    required_scopes = {"GET": JOBS_READ}
-
-    @extend_schema(
-        operation_id="pipelines_retrieve",
-        summary="A pipeline and every step with its job's status and output",
-        parameters=[PIPELINE_ID, *error_headers()],
-        responses={200: PipelineOutputSerializer, **errors({404: ["pipeline_not_found"]})},
-    )
-    def get(self, request: Request, pipeline_id: str) -> Response:
-        pipeline = pipeline_get_for_user(
-            user=cast(User, request.user), pipeline_id=_parse_id(pipeline_id)
-        )
-        return Response(_output(pipeline))
+class PipelineDetailApi(RunDetailApi):
+    resource = PIPELINES
+    summary = "A pipeline and every step with its job's status and output"
+    serializer = PipelineOutputSerializer
 
 
-class PipelineCancelApi(APIView):
-    required_scopes = {"POST": JOBS_WRITE}
+class PipelineCancelApi(RunCancelApi):
+    resource = PIPELINES
+    summary = "Cancel a running or failed pipeline"
+    serializer = PipelineOutputSerializer
+    permission = "pipelines.cancel_pipeline"
 
-    @extend_schema(
-        operation_id="pipelines_cancel",
-        summary="Cancel a running or failed pipeline",
-        request=None,
-        parameters=[PIPELINE_ID, *error_headers()],
-        responses={
-            200: PipelineOutputSerializer,
-            **errors({404: ["pipeline_not_found"], 409: ["not_cancellable"]}),
-        },
-    )
-    def post(self, request: Request, pipeline_id: str) -> Response:
-        pipeline = pipeline_get_for_user(
-            user=cast(User, request.user),
-            pipeline_id=_parse_id(pipeline_id),
-            permission="pipelines.cancel_pipeline",
-        )
-        return Response(_output(pipeline_cancel(pipeline=pipeline)))
+    def cancel(self, pipeline: Pipeline) -> Pipeline:
+        return pipeline_cancel(pipeline=pipeline)

@@ -5,7 +5,8 @@ from django.contrib.auth.models import User
 from django.db.models import DecimalField, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce
 
-from api.errors import NotFound, ValidationFailed
+from api.errors import NotFound
+from api.runs import RunFilters, filter_runs
 from jobs.models import LlmJob
 from pipelines.models import Pipeline, PipelineStep
 
@@ -39,18 +40,13 @@ def pipeline_steps(*, pipeline: Pipeline) -> list[PipelineStep]:
     )
 
 
-def pipeline_list_for_user(*, user: User, status: str | None = None) -> QuerySet[Pipeline]:
-    """The user's own pipelines, newest first, each with ``cost_usd``: what its steps' jobs cost
-    so far (the sum of their ledger rows, as each job's ``cost_usd``)."""
-    pipelines = Pipeline.objects.filter(user=user)
-    if status:
-        if status not in Pipeline.Status.values:
-            raise ValidationFailed(
-                f"status must be one of {', '.join(Pipeline.Status.values)}.",
-                code="invalid_filter",
-                detail={"field": "status"},
-            )
-        pipelines = pipelines.filter(status=status)
+def pipeline_list_for_user(*, user: User, filters: RunFilters | None = None) -> QuerySet[Pipeline]:
+    """The user's own pipelines, newest first, by the shared list filters (api/runs.py), each
+    with ``cost_usd``: what its steps' jobs cost so far (the sum of their ledger rows, as each
+    job's ``cost_usd``)."""
+    pipelines = filter_runs(
+        Pipeline.objects.filter(user=user), filters or RunFilters(), statuses=Pipeline.Status.values
+    )
     return pipelines.annotate(
         cost_usd=Coalesce(Sum("steps__job__cost_usd"), Value(Decimal(0)), output_field=_COST)
-    ).order_by("-created_at", "-id")
+    )

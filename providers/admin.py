@@ -8,6 +8,8 @@ from api.errors import ValidationFailed
 from providers.models import Provider
 from providers.services import provider_check
 
+ENDPOINT_PERMISSION = "providers.change_provider_endpoint"
+
 
 class ProviderForm(forms.ModelForm):
     class Meta:
@@ -35,4 +37,9 @@ class ProviderAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # Breakers, rate limits, prices and the ledger name a provider: it keeps its name.
-        return ["name"] if obj is not None else []
+        readonly = ["name"] if obj is not None else []
+        if not request.user.has_perm(ENDPOINT_PERMISSION):  # type: ignore[union-attr]
+            # Where the calls go decides which host gets every prompt and the key: a
+            # permission of its own (superusers hold it), every change audited and alerted.
+            readonly += ["base_url", "api_key_env"]
+        return readonly

@@ -6,6 +6,8 @@ the provider (a submit reads its limits for the job's timeout), and importing th
 about two seconds of CPU that only the llm worker needs to spend.
 """
 
+from typing import Any
+
 from providers import limits
 from providers.base import ProviderOutcome, ProviderRequest
 from providers.models import DEFAULT_PROVIDER
@@ -41,6 +43,12 @@ class AnthropicProvider:
         from providers import anthropic_sdk
 
         return anthropic_sdk.call(request, base_url=self.base_url, api_key=self.api_key)
+
+    def count_tokens(self, body: dict[str, Any]) -> ProviderOutcome:
+        """The Messages API's token count of ``body`` (the front door's ``count_tokens``)."""
+        from providers import anthropic_sdk
+
+        return anthropic_sdk.count_tokens(body, base_url=self.base_url, api_key=self.api_key)
 
     def warm_up(self) -> None:
         from providers import anthropic_sdk

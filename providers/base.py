@@ -67,8 +67,9 @@ class ProviderOutcome:
     reported and the output tokens reported so far (empty: the stream never started)."""
     output_tokens_bound: int | None = None
     """For a stream that ended early: the most output tokens it can have generated, when that
-    is known (it ended in-band, or was cancelled: what streamed, ``streamed_output_bound``);
-    None when it can be anything up to ``max_tokens`` (a stall, a drop)."""
+    is known (an error event ended it in-band: what streamed, ``streamed_output_bound``);
+    None when it can be anything up to ``max_tokens`` (a stall, a drop, a cancel: the provider
+    generates until it sees the close, past what the worker had read)."""
     request_sent: bool = True
     """False for a call cancelled before its request left: nothing can have been billed."""
     embeddings: list[bytes] | None = None
@@ -93,7 +94,7 @@ class ProviderOutcome:
 
 
 STREAMED_BYTES_PER_TOKEN = 3
-"""How a stream that ended early (cancelled, or an error event) bounds the output it generated:
+"""How a stream that an error event ended early bounds the output it generated:
 its streamed UTF-8 bytes over this. Claude's tokenizer averages about 3.5 to 4.5 bytes a token on
 prose and code; 3 leaves room for the tokens in flight when the stream closed. The row is marked
 estimated (docs/architecture.md, "Streaming")."""

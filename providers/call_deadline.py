@@ -39,11 +39,13 @@ class CallDeadline:
         self._running = False
         self.was_cut = False
         self.cancelled = False
+        self.fenced = False
 
     def restart(self) -> None:
         """Count the ``seconds`` from now: the request leaves only now (it waited for its paced
-        slot after the claim, ratelimits/services.py ``rate_limit_sent``)."""
-        self.ends_at = time.monotonic() + self.seconds
+        slot after the claim, ratelimits/services.py ``rate_limit_sent``). Not once fenced."""
+        if not self.fenced:
+            self.ends_at = time.monotonic() + self.seconds
 
     def left(self) -> float:
         return self.ends_at - time.monotonic()
@@ -81,6 +83,14 @@ class CallDeadline:
         """End the call now, from any thread, as cancelled rather than timed out: the streaming
         loop stops at its next event, and a read blocked below returns at once (``cut``)."""
         self.cancelled = True
+        return self.cut()
+
+    def fence(self) -> bool:
+        """End the call now, from any thread, as cut off at its deadline: its worker could not
+        renew its claim (jobs/heartbeat.py). A call that has not left yet never leaves: its
+        deadline has passed, and ``restart`` no longer moves it. True if a running call was cut."""
+        self.fenced = True
+        self.ends_at = time.monotonic()
         return self.cut()
 
     def cut(self) -> bool:

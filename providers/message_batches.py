@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_BATCH_BYTES",
     "MAX_BATCH_REQUESTS",
-    "READ_TIMEOUT_SECONDS",
     "BatchApiError",
     "BatchInfo",
     "BatchItemResult",
@@ -48,9 +47,6 @@ MAX_BATCH_REQUESTS = 100_000
 """The most requests the API takes in one batch."""
 MAX_BATCH_BYTES = 256 * 1024 * 1024
 """The largest create body the API takes (JSON-encoded)."""
-READ_TIMEOUT_SECONDS = 60.0
-"""These calls answer at once (a create is accepted before any work starts) and results stream
-line by line: a socket silent this long has stalled."""
 
 # The reasons (providers/errors.py) the retry table (jobs/retry_policy.py) calls transient.
 _TRANSIENT = frozenset(
@@ -227,9 +223,11 @@ def _client(provider_name: str) -> anthropic.Anthropic:
 
     return get_client(
         base_url or settings.ANTHROPIC_BASE_URL,
-        READ_TIMEOUT_SECONDS,
+        settings.LLM_DEFERRED_READ_TIMEOUT_SECONDS,  # they answer at once (deferred/defaults.py)
         settings.LLM_PROVIDER_CONNECT_TIMEOUT,
-        api_key or None,
+        # Only the default provider without a row falls back to ANTHROPIC_API_KEY: a row's key
+        # is its own variable's, never the real key sent to whatever URL the row names.
+        api_key if row is not None else None,
     )
 
 
@@ -255,7 +253,7 @@ def _api_error(
     import httpx2
 
     from providers.ratelimit_headers import retry_after_seconds
-    from providers.transport import transport_failure
+    from providers.transport import endpoint_of, transport_failure
 
     def redact(text: str) -> str:
         text = text.replace(client.api_key, "[redacted]") if client.api_key else text
@@ -299,9 +297,10 @@ def _api_error(
     never_left = outcome.kind == "connection_error"
     return BatchApiError(
         redact(
-            f"could not connect to {client.base_url} ({outcome.message})"
+            # Host and port only: the base URL's path may carry a gateway's token.
+            outcome.message
             if never_left
-            else f"no answer, or a broken one ({outcome.kind}), from {client.base_url}"
+            else f"no answer, or a broken one ({outcome.kind}), from {endpoint_of(client.base_url)}"
         ),
         reason=outcome.kind,
         retryable=True,

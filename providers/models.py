@@ -46,7 +46,8 @@ class Provider(models.Model):
         validators=[_ENV_NAME],
         help_text=(
             "The NAME of the environment variable that holds the key (never the key itself), "
-            "e.g. OPENAI_API_KEY. Empty: no key (a local Ollama or vLLM)."
+            "e.g. OPENAI_API_KEY: it ends in _API_KEY (or is listed in LLM_PROVIDER_KEY_ENVS) "
+            "and is never one of llmops's own settings. Empty: no key (a local Ollama or vLLM)."
         ),
     )
     enabled = models.BooleanField(
@@ -57,6 +58,12 @@ class Provider(models.Model):
 
     class Meta:
         ordering = ["name"]
+        permissions = [
+            (
+                "change_provider_endpoint",
+                "Can change where a provider's calls go (its base URL and key variable)",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -243,12 +243,9 @@ def _embed(request: ProviderRequest, base_url: str, api_key: str) -> ProviderOut
             )
         return outcome
     latency = int((time.monotonic() - started) * 1000)
-    rows = sorted(answer.data or [], key=lambda row: row.index)
-    vectors = [_float32(row.embedding) for row in rows]
-    if len(vectors) != len(body["input"]) or len({len(v) for v in vectors}) > 1:
-        raise UnreadableResponse(
-            f"{len(vectors)} vectors for {len(body['input'])} inputs, or of unequal lengths"
-        )
+    vectors = _in_input_order(answer.data or [], len(body["input"]))
+    if len({len(v) for v in vectors}) > 1:
+        raise UnreadableResponse(f"{len(vectors)} vectors of unequal lengths")
     usage = usage_of(answer.usage)
     return ProviderOutcome(
         "success",
@@ -260,6 +257,43 @@ def _embed(request: ProviderRequest, base_url: str, api_key: str) -> ProviderOut
         rate_limit_headers=rate_limit_headers(raw.headers),
         embeddings=vectors,
     )
+
+
+def _in_input_order(rows: list[Any], inputs: int) -> list[bytes]:
+    """The vectors of an answer, placed by their ``index``: exactly one for each of 0..n-1.
+    Checking the count alone stored vectors against the wrong inputs when a server repeated an
+    index (every vector at 0); such an answer is unreadable, like a 2xx that is not JSON."""
+    placed: dict[int, Any] = {}
+    for row in rows:
+        index = getattr(row, "index", None)
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise UnreadableResponse(f"an embedding whose index is {index!r}, not a number")
+        if index in placed:
+            raise UnreadableResponse(
+                f"{len(rows)} vectors for {inputs} inputs: index {index} given twice"
+            )
+        placed[index] = row
+    missing = sorted(set(range(inputs)) - set(placed))
+    extra = sorted(set(placed) - set(range(inputs)))
+    if missing or extra:
+        raise UnreadableResponse(
+            f"{len(rows)} vectors for {inputs} inputs: "
+            + "; ".join(
+                part
+                for part in (
+                    f"index {_listed(missing)} missing" if missing else "",
+                    f"index {_listed(extra)} out of range" if extra else "",
+                )
+                if part
+            )
+        )
+    return [_float32(placed[index].embedding) for index in range(inputs)]
+
+
+def _listed(indices: list[int]) -> str:
+    """A few indices for a message: "3", "3, 4, 5" or "3, 4, 5 and 97 more"."""
+    shown = ", ".join(str(i) for i in indices[:3])
+    return shown if len(indices) <= 3 else f"{shown} and {len(indices) - 3} more"
 
 
 def _float32(embedding: Any) -> bytes:
@@ -357,6 +391,9 @@ def _cancelled(started: float, reading: _Reading) -> ProviderOutcome:
         text="".join(reading.text),
         content=reading.content(),
         usage=reading.usage,
-        output_tokens_bound=streamed_output_bound(reading.streamed_bytes),
+        # Not what streamed: the provider generates until it sees the close, and a worker
+        # that reads behind it cannot tell how far it got (the mixed drill: 59 tokens streamed,
+        # 720 billed). Booked up to max_tokens, as a broken stream is.
+        output_tokens_bound=None,
         rate_limit_headers=rate_limit_headers(reading.headers()),
     )

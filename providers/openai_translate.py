@@ -16,9 +16,12 @@ import json
 from typing import Any
 
 __all__ = [
+    "FINISH_REASONS",
     "STOP_REASONS",
+    "TOOL_CHOICES",
     "Untranslatable",
     "chat_request",
+    "image_block",
     "output_content",
     "stop_reason_of",
     "usage_of",
@@ -32,6 +35,14 @@ STOP_REASONS = {
     "content_filter": "refusal",
 }
 """``finish_reason`` -> the Messages API's ``stop_reason``."""
+FINISH_REASONS = {
+    **{stop: finish for finish, stop in STOP_REASONS.items() if finish != "function_call"},
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+}
+"""The other way (the front door's answers, gateway/): ``stop_reason`` -> ``finish_reason``."""
+TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+"""The Messages API's ``tool_choice`` types -> Chat Completions' (and back, at the front door)."""
 
 
 class Untranslatable(ValueError):
@@ -60,6 +71,18 @@ def _image(block: dict[str, Any], where: str) -> dict[str, Any]:
     else:
         raise Untranslatable(f"{where}: an image source of type {source.get('type')!r}")
     return {"type": "image_url", "image_url": {"url": url}}
+
+
+def image_block(url: str) -> dict[str, Any]:
+    """An ``image_url`` part as the Messages API's image block (``_image`` the other way): a
+    ``data:`` URL as a base64 source, any other as a URL source."""
+    if url.startswith("data:") and ";base64," in url:
+        media_type, data = url[5:].split(";base64,", 1)
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data},
+        }
+    return {"type": "image", "source": {"type": "url", "url": url}}
 
 
 def _user_messages(content: Any, where: str) -> list[dict[str, Any]]:
@@ -149,7 +172,7 @@ def _tool_choice(choice: dict[str, Any]) -> tuple[Any, bool | None]:
     parallel = False if choice.get("disable_parallel_tool_use") else None
     if kind == "tool":
         return {"type": "function", "function": {"name": choice.get("name")}}, parallel
-    return {"auto": "auto", "any": "required", "none": "none"}.get(str(kind), "auto"), parallel
+    return TOOL_CHOICES.get(str(kind), "auto"), parallel
 
 
 def chat_request(body: dict[str, Any]) -> dict[str, Any]:

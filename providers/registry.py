@@ -57,9 +57,9 @@ def _build(config: ProviderConfig) -> Provider:
         "ANTHROPIC_API_KEY",
     ):
         return get_provider()
-    return AnthropicProvider(
-        name=config.name, base_url=config.base_url, api_key=config.api_key or None
-    )
+    # The row's own key ('' if none): never ANTHROPIC_API_KEY by default, which would send
+    # the real key to whatever base URL the row names.
+    return AnthropicProvider(name=config.name, base_url=config.base_url, api_key=config.api_key)
 
 
 def provider_named(name: str) -> Provider:

@@ -4,11 +4,15 @@ Both come from the process's copy of the price table and the providers (ledger/c
 when it is current: every attempt and every submit asks.
 """
 
+import logging
 import os
 
 from django.conf import settings
 
+from providers.key_envs import key_env_problem
 from providers.models import DEFAULT_PROVIDER, Provider
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["provider_api_key", "provider_models", "provider_name_for_model", "provider_row"]
 
@@ -36,6 +40,12 @@ def provider_api_key(*, api_key_env: str) -> str:
     """The key in the environment variable the row names ('' without one). ``ANTHROPIC_API_KEY``
     is read through the settings, as it always was (and as tests override it)."""
     if not api_key_env:
+        return ""
+    problem = key_env_problem(api_key_env)
+    if problem:
+        # A row written before the rule, or by hand in the database: its variable is never
+        # read, so nothing it names can be sent anywhere.
+        logger.error("provider key variable refused, no key sent: %s", problem)
         return ""
     if api_key_env == "ANTHROPIC_API_KEY":
         return str(settings.ANTHROPIC_API_KEY)

@@ -6,6 +6,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from api.errors import ValidationFailed
+from providers.key_envs import key_env_problem
 from providers.models import Provider
 
 __all__ = ["provider_save"]
@@ -65,4 +66,9 @@ def provider_check(provider: Provider) -> None:
             "(e.g. OPENAI_API_KEY), never the key itself",
             code="invalid_provider",
             detail={"field": "api_key_env"},
+        )
+    problem = key_env_problem(provider.api_key_env)
+    if problem:
+        raise ValidationFailed(
+            f"api_key_env: {problem}", code="invalid_provider", detail={"field": "api_key_env"}
         )

@@ -3,6 +3,7 @@ whose outcome is unknown (maybe billed). Both SDKs (anthropic, openai) wrap the 
 errors in exceptions of their own; each passes its classes in."""
 
 import time
+from typing import Any
 
 import httpx2
 from django.conf import settings
@@ -10,9 +11,47 @@ from django.conf import settings
 from providers.base import ProviderOutcome
 from providers.call_deadline import CallDeadline
 
-__all__ = ["transport_failure"]
+__all__ = ["endpoint_of", "transport_failure"]
 
 _NEVER_LEFT = (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def endpoint_of(url: Any) -> str:
+    """``host:port`` of a URL (``[::1]:8080`` for IPv6): what an operator needs to find an
+    unreachable provider, without the path, query or user info, where a gateway's URL may
+    carry a token."""
+    url = httpx2.URL(str(url))
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    port = url.port or _DEFAULT_PORTS.get(url.scheme)
+    return f"{host}:{port}" if port else host
+
+
+def _endpoint_tried(*errors: BaseException | None) -> str | None:
+    """The endpoint of the request an SDK or httpx2 error carries, if any does."""
+    for error in errors:
+        try:
+            request = getattr(error, "request", None)
+        except RuntimeError:  # httpx2's errors raise when no request was attached
+            request = None
+        if request is not None:
+            return endpoint_of(request.url)
+    return None
+
+
+def _never_left(cause: BaseException, endpoint: str | None) -> str:
+    """Why a request never left, naming where it was going: "ConnectError: could not connect
+    to 127.0.0.1:9 ([Errno 111] Connection refused)". The socket's own words carry no URL."""
+    name = type(cause).__name__
+    where = endpoint or "the provider"
+    if isinstance(cause, httpx2.ConnectTimeout):
+        what = f"connecting to {where} timed out"
+    elif isinstance(cause, httpx2.PoolTimeout):
+        what = f"no free connection to {where} in the client's pool"
+    else:
+        what = f"could not connect to {where}"
+    reason = str(cause).strip()
+    return f"{name}: {what}" + (f" ({reason})" if reason else "")
 
 
 def transport_failure(
@@ -30,7 +69,9 @@ def transport_failure(
     cause = exc.__cause__ if isinstance(exc, connection_error) else exc
     latency = int((time.monotonic() - started) * 1000)
     if isinstance(cause, _NEVER_LEFT):
-        return ProviderOutcome("connection_error", latency, message=f"{type(cause).__name__}")
+        return ProviderOutcome(
+            "connection_error", latency, message=_never_left(cause, _endpoint_tried(exc, cause))
+        )
     if deadline is not None and (deadline.passed() or deadline.was_cut):
         # Booked as a read timeout (unknown outcome, upper bound), with its own message.
         return ProviderOutcome(

@@ -14,7 +14,8 @@ Every worker thread of every process on every host reserves against the same key
   it really leaves (or it is told to wait: its slot moved behind a pause set since).
 - ``settle.lua``: after the answer, the reservation becomes what the call used, the provider's
   ``anthropic-ratelimit-*`` headers are learned, and a 429 sets the pause every worker obeys
-  (one that still shows room shrinks the burst: the provider enforces a shorter interval).
+  (one that still shows room shrinks the burst: the provider enforces a shorter interval; and
+  widens the pacing margin when the last one proved too narrow).
 
 A sliding window of N calls per 60 s never sends more than a provider's token bucket of the same
 size admits (its capacity N refills at N per minute), nor more than a sliding window does: it is
@@ -64,17 +65,28 @@ IDLE_KEY_SECONDS = 3600
 learned limits live ``LLM_RATE_LIMIT_LEARNED_TTL_SECONDS`` from the last answer."""
 
 STRICT_PACE_STRETCH = 1.02
-"""While a short-interval 429 keeps the burst below its setting, calls are paced 2 % further
-apart: with no burst to absorb it, the jitter between our admission and the provider's arrival
-stamp (the budget reservation and the claim come between, tens of ms on a loaded host) would
-otherwise meet the provider's interval now and then; 2 % of a 5 s interval is 100 ms."""
+"""While a short-interval 429 keeps the burst below its setting, calls are paced at least 2 %
+further apart: with no burst to absorb it, the jitter between our admission and the provider's
+arrival stamp (the budget reservation and the claim come between, tens of ms on a loaded host)
+would otherwise meet the provider's interval now and then; 2 % of a 5 s interval is 100 ms."""
+
+STRICT_PACE_MAX_STRETCH = 1.16
+"""The most that margin grows to. Each short-interval 429 of a call paced under the margin in
+force doubles it (2, 4, 8, 16 %): that jitter is the host's, and a loaded host's outgrows 100 ms
+(docs/operations.md, Rate limits), where a fixed 2 % met the interval again and again, each 429
+pausing every worker. Each period of
+``LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS`` without one halves it back towards 2 %. 16 % of a 5 s
+interval is 800 ms: beyond that the host, not the margin, is the problem."""
 
 STRICT_LATE_TOLERANCE_MS = 40
-"""Under strict pacing, a call leaving up to this much after its slot moves nothing; a later one
-moves the slots given after it that it came too close to, one interval apart (sent.lua): at
+"""Under strict pacing learned from a 429, a call leaving up to this much after its slot moves
+nothing (under a fresh limiter's slow start, up to what the 2 % absorbs over
+``LLM_RATE_LIMIT_BURST_SECONDS``, 100 ms at 5 s, if that is more); a later one
+moves the slots given after it that it came too close to by its lateness past this much, one
+interval apart (sent.lua), the spacing a call late by just this much keeps: at
 120 RPM the 2 % stretch leaves 10 ms per interval, so 40 ms is absorbed by any provider
 interval of 4 calls (2 s) or more; moving every slot for a few ms late cost 6 % of the rate in
-bench/ratelimit.py."""
+bench/ratelimit.py. A wider learned margin absorbs proportionally more (80 ms at 4 %)."""
 
 _LUA = Path(__file__).resolve().parent / "lua"
 
@@ -184,7 +196,12 @@ def limiter_mark_sent(*, provider: str, model: str, reservation_id: str) -> int:
     ahead (moved behind a pause) or every worker is paused, return the ms to wait first."""
     paused = _script("sent")(
         keys=[rate_limit_key(provider, model, part) for part in ("window", "pause", "pace")],
-        args=[reservation_id, STRICT_LATE_TOLERANCE_MS],
+        args=[
+            reservation_id,
+            STRICT_LATE_TOLERANCE_MS,
+            f"{STRICT_PACE_STRETCH - 1:.4f}",
+            int(settings.LLM_RATE_LIMIT_BURST_SECONDS * (STRICT_PACE_STRETCH - 1) * 1000),
+        ],
         client=redis_client(),
     )
     return int(paused or 0)
@@ -222,6 +239,8 @@ def limiter_settle(
         IDLE_KEY_SECONDS * 1000,
         mode,
         1 if rate_limited else 0,
+        f"{STRICT_PACE_STRETCH - 1:.4f}",
+        f"{STRICT_PACE_MAX_STRETCH - 1:.4f}",
     ]
     _script("settle")(
         keys=[keys[0], keys[1], keys[2], keys[6], keys[7], keys[9]],

@@ -27,6 +27,7 @@ Nothing is installed in the web process, the forking workers or the commands, wh
 """
 
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ from django.db import OperationalError, connections
 
 __all__ = [
     "ConnectionSlotTimeout",
+    "bound_database_waits",
     "install",
     "release_connection",
     "slot_wait_limit",
@@ -146,6 +148,19 @@ def _give_slot(wrapper: Any) -> None:
     _slots.release()
 
 
+def _forget_slots_after_fork() -> None:
+    """A forked child (an agent tool's process, agents/tool_processes.py) holds no slot: the
+    threads that held them, and maybe the lock, stayed in the parent. It counts its own."""
+    global _open_lock, _slots
+    _open_lock = threading.Lock()
+    _open_by_thread.clear()
+    if _slots is not None:
+        _slots = threading.BoundedSemaphore(_limit)
+
+
+os.register_at_fork(after_in_child=_forget_slots_after_fork)
+
+
 def _wrap(wrapper_class: type) -> None:
     """Take a slot just before the backend opens a connection, give it back once it is closed.
     ``get_new_connection`` and ``_close`` are the two places every open and close goes through
@@ -172,3 +187,19 @@ def _wrap(wrapper_class: type) -> None:
 
     setattr(wrapper_class, "get_new_connection", get_new_connection)  # noqa: B010
     setattr(wrapper_class, "_close", _close)  # noqa: B010
+
+
+def bound_database_waits(seconds: int | None = None) -> None:
+    """Bound every read and write on this process's MariaDB/MySQL connections opened from now on
+    (``read_timeout``, ``write_timeout``; ``LLM_WORKER_DB_TIMEOUT_SECONDS`` by default): a frozen
+    path (bytes stop, the connection stays open) then fails a query within the bound instead of
+    hanging it for the kernel's retransmission minutes. For the processes that hold claims (the
+    workers) and the loops; not the web process or commands, where a migration may run long.
+    An option the database URL sets wins."""
+    bound = int(seconds or settings.LLM_WORKER_DB_TIMEOUT_SECONDS)
+    for alias in connections:
+        config = connections.settings[alias]
+        if config.get("ENGINE", "").endswith("mysql"):
+            options = config.setdefault("OPTIONS", {})
+            options.setdefault("read_timeout", bound)
+            options.setdefault("write_timeout", bound)

@@ -18,6 +18,7 @@ from django.conf import settings
 from rq import Worker
 
 from llmops.queues import AGENTS_QUEUE, LLM_QUEUE
+from runtime.db_connections import bound_database_waits
 from runtime.redis_clients import named_once
 from runtime.threaded_worker import ThreadedWorker
 
@@ -39,6 +40,7 @@ PRELOADED_TASK_MODULES = ("jobs.tasks", "alerts.tasks", "dlq.tasks", "agents.tas
 class PreloadingWorker(Worker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         lower_cpu_priority()
+        bound_database_waits()  # a frozen database path fails a beat, never hangs it
         for module in PRELOADED_TASK_MODULES:
             importlib.import_module(module)
         if LLM_QUEUE in _queue_names(args[0] if args else kwargs.get("queues", ())):

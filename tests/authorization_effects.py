@@ -15,6 +15,8 @@ from django.utils import timezone
 
 from agents.models import AgentRun, AgentStep, DemoEmail
 from alerts.models import Alert, AlertRoute, LoopHeartbeat
+from audit.models import AuditRecord
+from audit.services import audit_record
 from batches.models import Batch, BatchItem
 from batches.services import batch_submit
 from deferred.models import ProviderBatch, ProviderBatchItem
@@ -30,7 +32,8 @@ from pipelines.models import Pipeline
 from pipelines.services import pipeline_create
 from providers.models import Provider
 from ratelimits.models import RateLimit
-from tests.authorization_world import MARK, World, waiting_agent_run
+from tests.authorization_world import MARK, World, waiting_agent_run, webhook_delivery_for
+from webhooks.models import WebhookDelivery
 
 __all__ = ["ACTION_EFFECTS", "post_action"]
 
@@ -43,6 +46,12 @@ def _name() -> str:
 
 _STEP = {"feature": MARK, "model": "claude-sonnet-4-6", "max_tokens": 64,
          "messages": [{"role": "user", "content": "hello"}]}  # fmt: skip
+
+
+def _audit_record() -> AuditRecord:
+    return audit_record(
+        action="changed", target_type="ledger.budget", target_id=0, target=_name(), changes={}
+    )
 
 
 def _failed_job(world: World) -> LlmJob:
@@ -152,6 +161,14 @@ ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
     ),
     ("jobs.ProviderBreaker", "close_breaker"): (_open_breaker, _state(ProviderBreaker, "closed")),
     ("batches.Batch", "cancel_batches"): (_batch, _state(Batch, "cancelled", "status")),
+    ("webhooks.WebhookDelivery", "deliver_again"): (
+        lambda world: webhook_delivery_for(world.objects["failed"]),
+        _state(WebhookDelivery, "pending"),
+    ),
+    ("webhooks.WebhookDelivery", "delete_selected"): (
+        lambda world: webhook_delivery_for(world.objects["failed"]),
+        _gone(WebhookDelivery),
+    ),
     ("pipelines.Pipeline", "cancel_pipelines"): (
         _pipeline,
         _state(Pipeline, "cancelled", "status"),
@@ -228,6 +245,10 @@ ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
             prefix=api_key_for(world.users["owner"])[:12],  # type: ignore[arg-type]
         ),
         _gone(ApiKey),
+    ),
+    ("audit.AuditRecord", "delete_selected"): (
+        lambda world: _audit_record(),
+        _gone(AuditRecord),
     ),
     ("auth.User", "delete_selected"): (
         lambda world: User.objects.create(username=_name()),

@@ -39,6 +39,8 @@ from alerts.models import (
     AlertRoute,
     LoopHeartbeat,
 )
+from audit.models import AuditRecord
+from batches.models import Batch, BatchItem
 from batches.services import batch_submit
 from deferred.models import ProviderBatch, ProviderBatchItem
 from dlq.models import BulkRequeue
@@ -55,6 +57,7 @@ from pipelines.services import pipeline_create
 from providers.models import Provider
 from ratelimits.models import RateLimit
 from tests.conftest import seed_prices
+from webhooks.models import WebhookDelivery
 
 __all__ = [
     "ACTORS",
@@ -223,13 +226,23 @@ def build_world() -> World:
     batch, _ = batch_submit(
         user=owner, data={"name": MARK, "feature": MARK, "model": body["model"], "items": [item]}
     )
+    # A Message Batch of the Anthropic door that has ended: its one request's custom_id is MARK.
+    message_batch = Batch.objects.create(
+        user=owner, door="anthropic", feature=MARK, model=body["model"], total=1, jobs_total=1,
+        pending=0, failed=1, finished_at=timezone.now(),
+    )  # fmt: skip
+    BatchItem.objects.create(
+        batch=message_batch, index=0, job=failed, runs_job=True, metadata={"custom_id": MARK}
+    )
     pipeline = pipeline_create(user=owner, data={"name": MARK, "steps": [body, body]})
     agent_run = waiting_agent_run(owner)
     demo_email = DemoEmail.objects.create(call_id="toolu_authz_mail", to="a@example.com",
                                           subject=MARK, body=MARK)  # fmt: skip
     # Another key of the owner's (not the one its API calls use): what revoke and rotate act on.
+    # Its scope is admin alone: a key with admin alone covers it (keys/services.py
+    # api_key_check_covers), so the admin scope opens those doors on its own.
     api_key = ApiKey.objects.get(
-        prefix=api_key_for(owner, name=MARK, scopes=["jobs:read"])[:12], user=owner
+        prefix=api_key_for(owner, name=MARK, scopes=["admin"])[:12], user=owner
     )
     group = Group.objects.create(name=MARK)
     feature_policy = FeaturePolicy.objects.create(feature=MARK, fallback_models=[])
@@ -240,6 +253,7 @@ def build_world() -> World:
         batch=provider_batch, job=failed, attempt=99
     )
     victim_user = User.objects.create(username=f"{MARK}-user")
+    webhook_delivery = webhook_delivery_for(failed)
     world.objects = {
         "queued": queued,
         "failed": failed,
@@ -264,6 +278,7 @@ def build_world() -> World:
         "feature_policy": feature_policy,
         "provider_batch": provider_batch,
         "provider_batch_item": provider_batch_item,
+        "webhook_delivery": webhook_delivery,
     }
     queue_index = sorted(settings.RQ_QUEUES).index(DEFAULT_QUEUE)
     world.ids = {
@@ -284,6 +299,7 @@ def build_world() -> World:
         "group": str(group.id),
         "batch": str(batch.id),
         "batch_item": str(batch.items.get().id),
+        "message_batch": f"msgbatch_{message_batch.id.hex}",
         "embedding": str(embedding.id),
         "embedding_batch": str(embedding_batch.id),
         "pipeline": str(pipeline.id),
@@ -294,8 +310,10 @@ def build_world() -> World:
         "api_key": str(api_key.id),
         "feature": MARK,
         "feature_policy": str(feature_policy.id),
+        "audit_record": str(AuditRecord.objects.order_by("id").values_list("id", flat=True)[0]),
         "provider_batch": str(provider_batch.id),
         "provider_batch_item": str(provider_batch_item.id),
+        "webhook_delivery": str(webhook_delivery.id),
         "owner": str(owner.id),
         "user_ct": str(_content_type_id(User)),
         "queue": str(queue_index),
@@ -306,6 +324,21 @@ def build_world() -> World:
 
 
 AGENT_CALL_ID = "toolu_authz"
+
+
+def webhook_delivery_for(job: LlmJob) -> WebhookDelivery:
+    """A failed delivery of the job's final state, to a host that names the world (the log
+    shows the host alone)."""
+    return WebhookDelivery.objects.create(
+        subject_kind="job",
+        subject_id=str(job.id),
+        event="job.failed",
+        url=f"https://{MARK}.example.com/hooks?token=authz",
+        signer=f"feature:{MARK}",
+        payload={"type": "job.failed"},
+        state=WebhookDelivery.State.FAILED,
+        attempts=1,
+    )
 
 
 def waiting_agent_run(owner: User) -> AgentRun:
@@ -359,7 +392,8 @@ def observe(response: Any, expected: object) -> object:
     ):
         return "login"
     if status == 200 and expected in ("200+", "200-"):
-        body = b"".join(response.streaming_content) if response.streaming else response.content
+        # Iterating the response reads an async stream (a front door's) too.
+        body = b"".join(response) if response.streaming else response.content
         return "200+" if MARK.encode() in body else "200-"
     return status
 

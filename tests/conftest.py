@@ -201,10 +201,16 @@ def _user(username: str) -> Any:
     return get_user_model().objects.create_user(username=username, password="pw-" + username)
 
 
-def make_user(username: str, *perms: str, is_staff: bool = False, password: str = "pw") -> Any:
+def make_user(
+    username: str,
+    *perms: str,
+    is_staff: bool = False,
+    password: str = "pw",
+    superuser: bool = False,
+) -> Any:
     """A user holding the given permissions, by codename (e.g. ``requeue_failurerecord``)."""
     user = get_user_model().objects.create_user(
-        username=username, password=password, is_staff=is_staff
+        username=username, password=password, is_staff=is_staff, is_superuser=superuser
     )
     user.user_permissions.add(*Permission.objects.filter(codename__in=perms))
     return user

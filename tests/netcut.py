@@ -4,6 +4,11 @@ A process started with its database or Redis URL pointing at ``NetCut.port`` tal
 server through it. ``cut()`` closes every open connection (both ends, as a dead link or a
 restarted server would) and closes every new one as soon as it is accepted, until ``restore()``.
 The test process keeps its own direct connections, so it can act while the other is cut off.
+
+``freeze()`` is the other way a path fails: bytes stop and connections stay open (a dropped
+link, a partition), until ``thaw()``, when what was held goes through. A new connection made
+while frozen is accepted (as a kernel accepts before the application looks) and reaches its
+server only at the thaw: its handshake waits as a SYN lost on a dead path would.
 """
 
 import socket
@@ -23,6 +28,8 @@ class NetCut:
         self.listener.settimeout(ACCEPT_POLL_SECONDS)
         self.port: int = self.listener.getsockname()[1]
         self.is_cut = threading.Event()
+        self._flowing = threading.Event()
+        self._flowing.set()
         self.closed = threading.Event()
         self.accepted = 0
         self.refused = 0
@@ -52,12 +59,25 @@ class NetCut:
         for sock in sockets:
             _shut(sock)
 
+    def freeze(self) -> None:
+        """Stop every byte, both ways, on open and new connections; close nothing."""
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        """Let the bytes held by ``freeze`` through, and every later one."""
+        self._flowing.set()
+
+    @property
+    def frozen(self) -> bool:
+        return not self._flowing.is_set()
+
     def restore(self) -> None:
         """Forward new connections again (the ones closed by ``cut`` stay closed)."""
         self.is_cut.clear()
 
     def close(self) -> None:
         self.closed.set()
+        self._flowing.set()
         self.cut()
         self._accepter.join(timeout=5)
         self.listener.close()
@@ -76,32 +96,48 @@ class NetCut:
             except OSError:
                 return
             client.settimeout(None)
-            if self.is_cut.is_set():
-                self.refused += 1
-                _shut(client)
-                continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                _shut(client)
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                if self.is_cut.is_set():
-                    pair_open = False
-                else:
-                    self._open.update((client, upstream))
-                    pair_open = True
-            if not pair_open:
-                self.refused += 1
-                _shut(client)
-                _shut(upstream)
-                continue
-            self.accepted += 1
-            for source, sink in ((client, upstream), (upstream, client)):
+            if not self._flowing.is_set():
+                # Frozen: the connection reaches its server at the thaw, on a thread of its own.
                 threading.Thread(
-                    target=self._pump, args=(source, sink), daemon=True, name="netcut-pump"
+                    target=self._connect_when_thawed, args=(client,), daemon=True
                 ).start()
+                continue
+            self._connect(client)
+
+    def _connect_when_thawed(self, client: socket.socket) -> None:
+        self._flowing.wait()
+        if not self.closed.is_set():
+            self._connect(client)
+        else:
+            _shut(client)
+
+    def _connect(self, client: socket.socket) -> None:
+        if self.is_cut.is_set():
+            self.refused += 1
+            _shut(client)
+            return
+        try:
+            upstream = socket.create_connection(self.target, timeout=5)
+        except OSError:
+            _shut(client)
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            if self.is_cut.is_set():
+                pair_open = False
+            else:
+                self._open.update((client, upstream))
+                pair_open = True
+        if not pair_open:
+            self.refused += 1
+            _shut(client)
+            _shut(upstream)
+            return
+        self.accepted += 1
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(
+                target=self._pump, args=(source, sink), daemon=True, name="netcut-pump"
+            ).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
@@ -109,6 +145,7 @@ class NetCut:
                 data = source.recv(65536)
                 if not data:
                     break
+                self._flowing.wait()  # frozen: held here, and the sender's buffers fill
                 sink.sendall(data)
         except OSError:
             pass

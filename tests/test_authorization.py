@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import transaction
 
+from gateway import anthropic_batch_views, anthropic_views, calls, openai_views
 from jobs.ws_urls import websocket_urlpatterns
 from tests.authorization_effects import ACTION_EFFECTS, post_action
 from tests.authorization_world import (
@@ -82,6 +84,7 @@ TABLE: list[Door] = [
     D("api", "POST /api/v1/keys/{api_key}/rotate/", "keys.revoke_apikey", 200, 404, 401, 404, 404),
     D("api", "GET /api/v1/jobs/", "jobs.view_llmjob", "200+", "200-", 401, "200-", "200-"),
     D("api", "POST /api/v1/jobs/", "jobs.add_llmjob", 202, 202, 401, 202, 202),
+    D("api", "POST /api/v1/webhooks/signing-secret/", "", 201, 201, 401, 201, 201),
     D("api", "GET /api/v1/jobs/{job}/", "jobs.view_llmjob", 200, 404, 401, 404, 404),
     D("api", "POST /api/v1/jobs/{queued_job}/cancel/", "jobs.change_llmjob", 200, 404, 401, 404, 404),
     D("api", "POST /api/v1/embeddings/", "jobs.add_llmjob", 202, 202, 401, 202, 202),
@@ -117,6 +120,25 @@ TABLE: list[Door] = [
     D("api", "GET /api/v1/agent-runs/{agent_run}/", "agents.view_agentrun", "200+", 404, 401, 404, "200+"),
     D("api", "POST /api/v1/agent-runs/{agent_run}/approvals/{agent_call}/", "agents.approve_agentrun", 200, 404, 401, 404, 200),
     D("api", "POST /api/v1/agent-runs/{agent_run}/cancel/", "agents.cancel_agentrun", 200, 404, 401, 404, 200),
+    # --- the Anthropic door's Message Batches: an API key's own, nobody else's (staff included) -
+    D("door", "GET /anthropic/v1/messages/batches", "", 200, 200, 401, 200, 200),
+    D("door", "POST /anthropic/v1/messages/batches", "", 200, 200, 401, 200, 200),
+    D("door", "GET /anthropic/v1/messages/batches/{message_batch}", "", 200, 404, 401, 404, 404),
+    D("door", "DELETE /anthropic/v1/messages/batches/{message_batch}", "", 200, 404, 401, 404, 404),
+    D("door", "GET /anthropic/v1/messages/batches/{message_batch}/results", "", "200+", 404, 401, 404, 404),
+    D("door", "POST /anthropic/v1/messages/batches/{message_batch}/cancel", "", 200, 404, 401, 404, 404),
+    # --- the front doors' calls: any key with the scope; an empty body is let in and refused as
+    # invalid (400), a call that could wait for a worker is not made here (tests/gateway) ------
+    D("door", "POST /anthropic/v1/messages", "", 400, 400, 401, 400, 400),
+    D("door", "POST /anthropic/v1/messages/count_tokens", "", 400, 400, 401, 400, 400),
+    D("door", "GET /anthropic/v1/models", "", 200, 200, 401, 200, 200),
+    D("door", "GET /anthropic/v1/models/no-such-model", "", 404, 404, 401, 404, 404),
+    D("door", "GET /anthropic/v1/no-such-door", "", 404, 404, 404, 404, 404),
+    D("door", "POST /openai/v1/chat/completions", "", 400, 400, 401, 400, 400),
+    D("door", "POST /openai/v1/embeddings", "", 400, 400, 401, 400, 400),
+    D("door", "GET /openai/v1/models", "", 200, 200, 401, 200, 200),
+    D("door", "GET /openai/v1/models/no-such-model", "", 404, 404, 401, 404, 404),
+    D("door", "GET /openai/v1/no-such-door", "", 404, 404, 404, 404, 404),
     # --- public: the schema, health checks, sign-in ------------------------------------------
     D("page", "GET /api/schema/", "", 200, 200, 200, 200, 200),
     D("page", "GET /api/docs/", "", 200, 200, 200, 200, 200),
@@ -172,6 +194,12 @@ TABLE: list[Door] = [
     D("admin", "GET /admin/deferred/providerbatchitem/{provider_batch_item}/delete/", "deferred.delete_providerbatchitem", L, L, L, 403, 403),
     D("admin", "GET /admin/deferred/providerbatchitem/{provider_batch_item}/history/", "deferred.view_providerbatchitem", L, L, L, 403, 200),
     D("admin", "GET /admin/deferred/providerbatchitem/{provider_batch_item}/", "deferred.view_providerbatchitem", L, L, L, 302, 302),
+    D("admin", "GET /admin/webhooks/webhookdelivery/", "webhooks.view_webhookdelivery", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/webhooks/webhookdelivery/add/", "webhooks.add_webhookdelivery", L, L, L, 403, 403),
+    D("admin", "GET /admin/webhooks/webhookdelivery/{webhook_delivery}/change/", "webhooks.view_webhookdelivery", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/webhooks/webhookdelivery/{webhook_delivery}/delete/", "webhooks.delete_webhookdelivery", L, L, L, 403, 403),
+    D("admin", "GET /admin/webhooks/webhookdelivery/{webhook_delivery}/history/", "webhooks.view_webhookdelivery", L, L, L, 403, 200),
+    D("admin", "GET /admin/webhooks/webhookdelivery/{webhook_delivery}/", "webhooks.view_webhookdelivery", L, L, L, 302, 302),
     D("admin", "GET /admin/ledger/costentry/", "ledger.view_costentry", L, L, L, 403, "200+"),
     D("admin", "GET /admin/ledger/costentry/add/", "ledger.add_costentry", L, L, L, 403, 403),
     D("admin", "GET /admin/ledger/costentry/{entry}/change/", "ledger.view_costentry", L, L, L, 403, "200+"),
@@ -295,6 +323,13 @@ TABLE: list[Door] = [
     D("admin", "GET /admin/keys/apikey/{api_key}/delete/", "keys.delete_apikey", L, L, L, 403, 403),
     D("admin", "GET /admin/keys/apikey/{api_key}/history/", "keys.view_apikey", L, L, L, 403, 200),
     D("admin", "GET /admin/keys/apikey/{api_key}/", "keys.view_apikey", L, L, L, 302, 302),
+    # --- admin: the audit trail (a record of what happened: read-only) -------------------------
+    D("admin", "GET /admin/audit/auditrecord/", "audit.view_auditrecord", L, L, L, 403, 200),
+    D("admin", "GET /admin/audit/auditrecord/add/", "audit.add_auditrecord", L, L, L, 403, 403),
+    D("admin", "GET /admin/audit/auditrecord/{audit_record}/change/", "audit.view_auditrecord", L, L, L, 403, 200),
+    D("admin", "GET /admin/audit/auditrecord/{audit_record}/delete/", "audit.delete_auditrecord", L, L, L, 403, 403),
+    D("admin", "GET /admin/audit/auditrecord/{audit_record}/history/", "audit.view_auditrecord", L, L, L, 403, 200),
+    D("admin", "GET /admin/audit/auditrecord/{audit_record}/", "audit.view_auditrecord", L, L, L, 302, 302),
     # --- django-rq's dashboard, at /django-rq/ and in the admin ({rq}: both): its permission ---
     D("admin", "GET {rq}", "django_rq.admin", L, L, L, 403, 200),
     D("admin", "GET {rq}stats.json", "django_rq.admin", 401, 401, 401, 403, 200),
@@ -332,6 +367,8 @@ TABLE: list[Door] = [
     D("action", "jobs.LlmJob cancel_jobs", "jobs.change_llmjob", "refused", "refused", "refused", "refused", "done", has="jobs.view_llmjob"),
     D("action", "jobs.ProviderBreaker close_breaker", "jobs.close_providerbreaker", "refused", "refused", "refused", "refused", "done", has="jobs.view_providerbreaker"),
     D("action", "batches.Batch cancel_batches", "batches.cancel_batch", "refused", "refused", "refused", "refused", "done", has="batches.view_batch"),
+    D("action", "webhooks.WebhookDelivery deliver_again", "webhooks.redeliver_webhookdelivery", "refused", "refused", "refused", "refused", "done", has="webhooks.view_webhookdelivery"),
+    D("action", "webhooks.WebhookDelivery delete_selected", "webhooks.delete_webhookdelivery", "refused", "refused", "refused", "refused", "refused", has="webhooks.view_webhookdelivery"),
     D("action", "pipelines.Pipeline cancel_pipelines", "pipelines.cancel_pipeline", "refused", "refused", "refused", "refused", "done", has="pipelines.view_pipeline"),
     D("action", "agents.AgentRun approve_calls", "agents.approve_agentrun", "refused", "refused", "refused", "refused", "done", has="agents.view_agentrun"),
     D("action", "agents.AgentRun reject_calls", "agents.approve_agentrun", "refused", "refused", "refused", "refused", "done", has="agents.view_agentrun"),
@@ -358,6 +395,7 @@ TABLE: list[Door] = [
     D("action", "providers.Provider delete_selected", "providers.delete_provider", "refused", "refused", "refused", "refused", "done", has="providers.view_provider"),
     D("action", "ratelimits.RateLimit delete_selected", "ratelimits.delete_ratelimit", "refused", "refused", "refused", "refused", "done", has="ratelimits.view_ratelimit"),
     D("action", "keys.ApiKey revoke_keys", "keys.revoke_apikey", "refused", "refused", "refused", "refused", "done", has="keys.view_apikey"),
+    D("action", "audit.AuditRecord delete_selected", "audit.delete_auditrecord", "refused", "refused", "refused", "refused", "refused", has="audit.view_auditrecord"),
     D("action", "keys.ApiKey delete_selected", "keys.delete_apikey", "refused", "refused", "refused", "refused", "refused", has="keys.view_apikey"),
     D("action", "auth.User delete_selected", "auth.delete_user", "refused", "refused", "refused", "refused", "done", has="auth.view_user"),
     D("action", "auth.Group delete_selected", "auth.delete_group", "refused", "refused", "refused", "refused", "done", has="auth.view_group"),
@@ -379,7 +417,8 @@ TABLE = [
 ]
 
 
-HTTP_KINDS = ("api", "page", "admin")
+HTTP_KINDS = ("api", "page", "admin", "door")
+"""``door``: a front door's route, called with the API token as any API door."""
 ACTION_PAGES = {"dlq.FailureRecord requeue_matching"}
 """Rows of the action kind that are not in an action menu: "requeue all matching" is posted to
 its own admin page (which has its row too)."""
@@ -427,6 +466,14 @@ POST_BODIES = {
     "/api/v1/agent-runs/": {k: JOB_BODY[k] for k in ("feature", "model", "messages", "max_tokens")},
     "/api/v1/agent-runs/{agent_run}/approvals/{agent_call}/": {"approve": True},
     "/api/v1/keys/": {"name": "ops", "scopes": ["admin"]},  # no more than the admin-only key
+    "/anthropic/v1/messages/batches": {
+        "requests": [
+            {
+                "custom_id": "one",
+                "params": {k: JOB_BODY[k] for k in ("model", "messages", "max_tokens")},
+            }
+        ]
+    },
     "/api/v1/features/{feature}/": {"fallback_models": ["claude-haiku-4-5"]},
 }
 """What a row's POST sends (a valid submit, so that 202 means "let in and accepted")."""
@@ -436,13 +483,20 @@ POST_BODIES = {
 
 
 @pytest.mark.parametrize("door", rows_of(*HTTP_KINDS))
-def test_http_door(door: Door, world: World, settings: Any) -> None:
+def test_http_door(
+    door: Door, world: World, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if door.kind == "door":
+        # The world is a transaction never committed, which the doors' own threads (each with
+        # its connection) cannot see: their steps run on the test's thread instead.
+        for module in (anthropic_batch_views, anthropic_views, calls, openai_views):
+            monkeypatch.setattr(module, "in_thread", lambda step: sync_to_async(step))
     settings.METRICS_TOKEN = METRICS_TOKEN
     settings.METRICS_ALLOWED_NETWORKS = []
     grant(world, door)
     method, template = door.what.split(" ", 1)
     path = world.path(template)
-    api = door.kind == "api"
+    api = door.kind in ("api", "door")
     seen = {}
     for actor, expected in zip(ACTORS, door.expected, strict=True):
         bearer = METRICS_TOKEN if door.perm == "METRICS_TOKEN" and actor == "staff_perm" else None
@@ -452,7 +506,7 @@ def test_http_door(door: Door, world: World, settings: Any) -> None:
                 response = client.get(path)
             elif api:
                 body = POST_BODIES.get(path, POST_BODIES.get(template, {}))
-                send = client.put if method == "PUT" else client.post
+                send = {"PUT": client.put, "DELETE": client.delete}.get(method, client.post)
                 response = send(path, body, content_type="application/json")
             else:
                 response = client.post(path, {})
@@ -493,6 +547,7 @@ SCOPES: dict[str | None, list[str]] = {
         "POST /api/v1/pipelines/{pipeline}/cancel/", "POST /api/v1/agent-runs/",
         "POST /api/v1/agent-runs/{agent_run}/approvals/{agent_call}/",
         "POST /api/v1/agent-runs/{agent_run}/cancel/", "POST /live/fault-jobs/",
+        "POST /api/v1/webhooks/signing-secret/",
     ],
     "costs:read": ["GET /api/v1/costs/", "GET /api/v1/costs/?user={owner}"],
     "admin": [

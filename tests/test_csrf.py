@@ -15,6 +15,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.authentication import SessionAuthentication
 
 from api.authentication import ApiTokenAuthentication
+from gateway.calls import API_KEY_ONLY
 from jobs.models import LlmJob
 from keys.testing import api_key_for
 from ledger.models import Budget
@@ -72,13 +73,14 @@ def _csrf_token(client: Client) -> str:
 
 def test_the_csrf_middleware_is_installed_and_only_drf_views_skip_it():
     """Django exempts every DRF view from the middleware: DRF then checks CSRF itself, in
-    SessionAuthentication, for every request a session authenticates. No other view is exempt,
-    and no API view authenticates a session in a way that skips that check."""
+    SessionAuthentication, for every request a session authenticates. No other view is exempt
+    but the front doors' (gateway/), which authenticate an API key only, never a session, and
+    no API view authenticates a session in a way that skips that check."""
     assert "django.middleware.csrf.CsrfViewMiddleware" in settings.MIDDLEWARE
     paths = _all_paths()
     assert len(paths) > 50  # the admin's URLs are in
     for path, view in paths:
-        if not getattr(view, "csrf_exempt", False):
+        if not getattr(view, "csrf_exempt", False) or getattr(view, API_KEY_ONLY, False):
             continue
         drf_view = getattr(view, "cls", None)
         assert drf_view is not None, f"{path}: csrf_exempt but not a DRF view"
@@ -93,10 +95,14 @@ def test_the_csrf_middleware_is_installed_and_only_drf_views_skip_it():
 def test_every_url_refuses_a_session_write_without_a_csrf_token(root, method):
     """Every URL the project serves, as a superuser's session (so that no permission check can
     answer first): refused for CSRF, or (the API schema and its docs, which authenticate
-    nobody and take no writes) 405."""
+    nobody and take no writes) 405; a front door (API keys only) refuses the session as no key
+    (401) or the method (405)."""
     for path, view in _all_paths():
         response = getattr(root, method)(path)
         if _csrf_refusal(response):
+            continue
+        if getattr(view, API_KEY_ONLY, False):
+            assert response.status_code in (401, 404, 405), (method, path, response.status_code)
             continue
         drf_view = getattr(view, "cls", None)
         assert response.status_code == 405, (method, path, response.status_code)

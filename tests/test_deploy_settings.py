@@ -158,3 +158,27 @@ def test_the_proxy_ssl_header_is_trusted_only_when_set() -> None:
     assert "must look like HTTP_X_FORWARDED_PROTO" in start_up_error(
         {"DJANGO_SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto"}
     )
+
+
+def test_the_key_hash_secret_is_derived_from_a_set_secret_key_with_DJANGO_SECURE_off() -> None:
+    development = settings_in({}, "API_KEY_HASH_SECRET")["API_KEY_HASH_SECRET"]
+    first_key, second_key = secrets.token_urlsafe(50), secrets.token_urlsafe(50)
+
+    first = settings_in({"DJANGO_SECRET_KEY": first_key}, "API_KEY_HASH_SECRET", "SECURE")
+    again = settings_in({"DJANGO_SECRET_KEY": first_key}, "API_KEY_HASH_SECRET")
+    second = settings_in({"DJANGO_SECRET_KEY": second_key}, "API_KEY_HASH_SECRET")
+
+    assert first["SECURE"] is False
+    assert first["API_KEY_HASH_SECRET"] != development
+    assert first["API_KEY_HASH_SECRET"] == again["API_KEY_HASH_SECRET"]  # every process agrees
+    assert first["API_KEY_HASH_SECRET"] != second["API_KEY_HASH_SECRET"]
+
+
+def test_without_any_secret_every_process_hashes_keys_under_the_development_value() -> None:
+    # DEBUG off draws a random SECRET_KEY per process: the hash secret must not follow it, or a
+    # key made by `make token` would not work in the web server. check --deploy refuses this.
+    first = settings_in({}, "API_KEY_HASH_SECRET", "DEVELOPMENT_SECRET_KEY")
+    debug = settings_in({"DJANGO_DEBUG": "True"}, "API_KEY_HASH_SECRET")
+
+    assert first["API_KEY_HASH_SECRET"] == debug["API_KEY_HASH_SECRET"]
+    assert first["DEVELOPMENT_SECRET_KEY"] in first["API_KEY_HASH_SECRET"]  # type: ignore[operator]

@@ -13,7 +13,8 @@ HTTP response the test got (body and headers), and every log line of the test pr
 
 The one allowed place: a destination is stored as configured in ``alerts_alertroute.target``
 (the route staff set), ``alerts_alertdelivery.target`` (a delivery, and its retries and resolve,
-go where they were meant) and ``batches_batch.callback_url``; its own admin edit form shows it.
+go where they were meant), ``batches_batch.callback_url`` and the webhooks' ``url`` (a delivery
+and a job's subscription); its own admin edit form shows it.
 The provider's API key is stored nowhere.
 
 Our own API keys too: the client's key is created over the API (``POST /api/v1/keys/``), used
@@ -38,7 +39,6 @@ from django_rq.settings import get_queues_list
 from rq import Worker
 
 from alerts.models import AlertDelivery, AlertRoute
-from batches.models import BatchCallbackDelivery
 from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from keys.testing import api_key_for
@@ -57,6 +57,7 @@ from tests.secret_scan import (
     scan_redis,
     scan_text,
 )
+from webhooks.models import WebhookDelivery
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
@@ -78,6 +79,8 @@ TARGET_COLUMNS = {
     ("alerts_alertroute", "target"),
     ("alerts_alertdelivery", "target"),
     ("batches_batch", "callback_url"),
+    ("webhooks_webhookdelivery", "url"),
+    ("webhooks_webhooksubscription", "url"),
 }
 """The one allowed place of a destination's secrets: where it is configured and delivered from."""
 METRICS_TOKEN = f"metrics-{TAG}"
@@ -103,7 +106,7 @@ def _job_final(job_id: str) -> bool:
 def _deliveries_final() -> bool:
     return not (
         AlertDelivery.objects.filter(state=AlertDelivery.State.PENDING).exists()
-        or BatchCallbackDelivery.objects.filter(state=BatchCallbackDelivery.State.PENDING).exists()
+        or WebhookDelivery.objects.filter(state=WebhookDelivery.State.PENDING).exists()
     )
 
 
@@ -139,6 +142,7 @@ def test_no_secret_is_written_anywhere(tmp_path: Any) -> None:
         LLM_HEARTBEAT_SECONDS="0.5",
         ALERT_ROUTES=json_env({"WARNING": [{"kind": "webhook", "target": env_route}]}),
         ALERT_RETRY_SCHEDULE="[0.2, 0.2]",
+        WEBHOOK_RETRY_SCHEDULE="[0.2, 0.2]",
         ALERT_PAGERDUTY_EVENTS_URL=f"{base}/v2/enqueue",
         METRICS_TOKEN=METRICS_TOKEN,
         CALLBACK_ALLOW_PRIVATE_HOSTS="True",

@@ -4,7 +4,8 @@
 --
 -- Requests are also paced (GCRA, a token bucket kept as one time): one call every window / R,
 -- with a burst of at most ARGV 17 ms of that rate (at least one call), smaller while a
--- short-interval 429 was learned (settle.lua); the sliding window still caps any window at R.
+-- short-interval 429 was learned (settle.lua), and then further apart by the margin learned
+-- with it; the sliding window still caps any window at R.
 -- So no more than burst + t * R / window calls leave in any t, and never R at once.
 --
 -- KEYS  1 window (zset: reservation id -> ms)      2 entries (hash: id -> "req in out f u open")
@@ -14,14 +15,16 @@
 --       8 pause (string: ms until which no call starts)
 --       9 holds (hash: feature -> ms of the next return slot)
 --      10 pace (hash: tat = ms the next call is due at the paced rate, interval = ms per call,
---         strict = 1 while a short-interval burst is in force: sent.lua keeps late calls apart)
+--         strict = 1 while a short-interval burst is in force: sent.lua keeps late calls apart,
+--         margin = how much longer the interval is then, as a fraction)
 -- ARGV  1 reservation id  2 job id  3 feature  4 user  5 input tokens  6 output tokens
 --       7 8 9 configured requests / input / output limit (-1: none)
 --       10 window ms  11 feature weights (JSON object)  12 user fair share (1/0)
 --       13 user max share (0 < s <= 1)  14 calls in flight while nothing is known
 --       15 ms this call may still wait in process  16 ms an idle limiter's keys live
 --       17 burst ms (LLM_RATE_LIMIT_BURST_SECONDS)  18 ms a shrunk burst takes to double
---       19 how much longer the interval is while the burst is shrunk (STRICT_PACE_STRETCH)
+--       19 how much longer the interval is at least while the burst is shrunk
+--          (STRICT_PACE_STRETCH; a margin learned from 429s, halved every ARGV 18 ms, may be more)
 --       20 1: a limiter that starts pacing starts with a burst of one (slow start)
 -- Returns {status, ms, reason}: 1 admitted (start in ms: its paced slot); 0 wait ms in process
 -- then ask again; 2 hold: come
@@ -91,7 +94,7 @@ end
 
 -- The limit of each dimension: the smaller of the configured and the learned one.
 local learned = redis.call('HMGET', KEYS[7], 'requests_limit', 'input_tokens_limit',
-  'output_tokens_limit', 'tokens_limit', 'seen', 'burst', 'burst_at')
+  'output_tokens_limit', 'tokens_limit', 'seen', 'burst', 'burst_at', 'margin')
 local configured = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
 local limit = {}
 local any_configured = false
@@ -204,9 +207,11 @@ end
 if bootstrap and open >= tonumber(ARGV[14]) then reason = 'learning' end
 -- Pacing: due at `tat` (never before now); a burst of b calls may start up to (b - 1)
 -- intervals early. A learned short-interval burst doubles every ARGV 18 ms back to ARGV 17's,
--- and meanwhile the interval is ARGV 19 times longer: strict pacing has no burst to absorb the
--- jitter between our admission and the provider's arrival stamp.
-local interval, tat, pace_over, strict = nil, now, 0, 0
+-- and meanwhile the interval is longer by the learned margin (at least ARGV 19 - 1): strict
+-- pacing has no burst to absorb the jitter between our admission and the provider's arrival
+-- stamp. The margin doubles with each short-interval 429 paced under it (settle.lua) and halves
+-- every period without one, so it grows to the jitter of a loaded host and no further.
+local interval, tat, pace_over, strict, margin = nil, now, 0, 0, 0
 if limit.req and limit.req > 0 then
   interval = window_ms / limit.req
   local burst = math.max(1, math.min(limit.req, math.floor(tonumber(ARGV[17]) / interval)))
@@ -219,11 +224,17 @@ if limit.req and limit.req > 0 then
     redis.call('HSET', KEYS[7], 'burst', 1, 'burst_at', int(now))
   end
   if shrunk and since then
-    local grown = shrunk * 2 ^ math.floor(math.max(0, now - since) / tonumber(ARGV[18]))
+    local periods = math.floor(math.max(0, now - since) / tonumber(ARGV[18]))
+    local grown = shrunk * 2 ^ periods
     if grown < burst then
       burst = math.max(1, math.floor(grown))
-      interval = interval * tonumber(ARGV[19])
+      margin = math.max(tonumber(ARGV[19]) - 1, (tonumber(learned[8]) or 0) / 2 ^ periods)
+      interval = interval * (1 + margin)
+      -- 1: a burst of one as a fresh limiter starts (slow start); 2: a short interval learned
+      -- from a 429 (settle.lua keeps its margin), under which sent.lua moves the slots after
+      -- a late call.
       strict = 1
+      if tonumber(learned[8]) then strict = 2 end
     end
   end
   local pace = redis.call('HMGET', KEYS[10], 'tat', 'interval')
@@ -235,9 +246,13 @@ if limit.req and limit.req > 0 then
   end
   if due == nil then
     -- Pacing starts (the limit just became known): the calls already in the window count as
-    -- if they had been paced from the oldest of them.
+    -- if they had been paced from the oldest of them, and under strict pacing one slot more. They left together before the rate was known (the first calls of
+    -- fresh workers, each opening its connection after our stamp: on a loaded host they
+    -- reached the provider up to ~460 ms after it), so counting them from their stamps put
+    -- the 11th call 4.7 s after the first to arrive, against a provider's any-5 s limit of
+    -- 10, and its 429 cost 2 % of R for the rest of the run (bench/ratelimit.py).
     local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-    due = (tonumber(oldest[2]) or now) + used.req * interval
+    if oldest[2] then due = tonumber(oldest[2]) + (used.req + math.min(strict, 1)) * interval else due = now end
   end
   tat = math.max(now, due)
   pace_over = tat - now - (burst - 1) * interval
@@ -279,7 +294,8 @@ if reason == nil then
     redis.call('HINCRBY', KEYS[3], 'open', 1)
     if interval then
       redis.call('HSET', KEYS[10], 'tat', string.format('%.3f', tat + interval),
-        'interval', string.format('%.3f', interval), 'strict', strict)
+        'interval', string.format('%.3f', interval), 'strict', strict,
+        'margin', string.format('%.4f', margin))
     end
   end
   unwait()

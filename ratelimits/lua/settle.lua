@@ -5,7 +5,11 @@
 --
 -- A rate-limit 429 (ARGV 11) whose headers still show room for this call in every limit they
 -- report means the provider enforces its limit over a shorter interval than the window: the
--- burst shrinks to one call (reserve.lua paces strictly) and regrows slowly from there.
+-- burst shrinks to one call (reserve.lua paces strictly) and regrows slowly from there. Strict
+-- pacing keeps a margin (the interval that much longer): ARGV 12 at first, doubled (up to ARGV
+-- 13) by each such 429 of a call paced under the margin in force, since then the jitter between
+-- our send and the provider's arrival stamp outgrew it. Calls already on their way when the
+-- margin changed (refused together, one lesson) change it no further.
 --
 -- KEYS  1 window  2 entries  3 usage  4 learned  5 pause  6 pace   (as in reserve.lua)
 -- ARGV  1 reservation id  2 requests used (0/1)  3 input tokens used  4 output tokens used
@@ -13,6 +17,7 @@
 --         answer came back  6 ms the learned values live  7 pause ms (0: none)
 --       8 window ms  9 ms an idle limiter's keys live  10 settle | keep | drop
 --       11 1 when the answer was a rate-limit 429, else 0
+--       12 the strict pacing margin to start from (a fraction)  13 the most it grows to
 
 local DIMS = {'req', 'in', 'out'}
 local t = redis.call('TIME')
@@ -49,15 +54,23 @@ local function account(key, e, sign)
 end
 
 local raw = redis.call('HGET', KEYS[2], id)
+local sent_at = tonumber(redis.call('ZSCORE', KEYS[1], id))
 -- What this call needed of each limit the headers may report (before the settle changes it).
 local need = {requests = 1, input_tokens = 0, output_tokens = 0, tokens = 0}
 if raw then
   local e = parse(raw)
   need.input_tokens, need.output_tokens, need.tokens = e['in'], e.out, e['in'] + e.out
   if ARGV[10] == 'drop' then
-    -- The call never left: its paced slot goes back too.
-    local interval = tonumber(redis.call('HGET', KEYS[6], 'interval'))
-    if interval then redis.call('HINCRBYFLOAT', KEYS[6], 'tat', -interval) end
+    -- The call never left: its paced slot goes back too. Under strict pacing only the last
+    -- slot given, and only while it is still ahead: giving back one that passed, or one with
+    -- slots given after it, sent the next call right behind the last one that left (229 ms
+    -- apart at 512 ms a slot: a short-interval 429 in bench/ratelimit.py).
+    local pace = redis.call('HMGET', KEYS[6], 'interval', 'tat', 'strict')
+    local interval, due = tonumber(pace[1]), tonumber(pace[2])
+    if interval and ((pace[3] ~= '1' and pace[3] ~= '2') or (sent_at and due and sent_at > now
+        and sent_at + interval >= due - 1)) then
+      redis.call('HINCRBYFLOAT', KEYS[6], 'tat', -interval)
+    end
   end
   if e.flag == '1' then redis.call('HINCRBY', KEYS[3], 'open', -1) end
   if ARGV[10] == 'drop' then
@@ -94,7 +107,21 @@ if ARGV[5] ~= '' then
     for name, v in pairs(headers) do
       if v[2] < 0 or v[2] < (need[name] or 0) then room = false end
     end
-    if room then redis.call('HSET', KEYS[4], 'burst', 1, 'burst_at', int(now)) end
+    if room then
+      redis.call('HSET', KEYS[4], 'burst', 1, 'burst_at', int(now))
+      local base = tonumber(ARGV[12])
+      local pace = redis.call('HMGET', KEYS[6], 'strict', 'margin')
+      local margin_at = tonumber(redis.call('HGET', KEYS[4], 'margin_at'))
+      local margin = nil
+      if pace[1] ~= '2' then
+        margin = base
+      elseif sent_at == nil or margin_at == nil or sent_at >= margin_at then
+        margin = math.min(tonumber(ARGV[13]), math.max(base, 2 * (tonumber(pace[2]) or base)))
+      end
+      if margin then
+        redis.call('HSET', KEYS[4], 'margin', string.format('%.4f', margin), 'margin_at', int(now))
+      end
+    end
   end
   redis.call('HSET', KEYS[4], 'seen', int(now))
   if found then redis.call('HSET', KEYS[4], 'updated', int(now)) end

@@ -151,7 +151,7 @@ def test_a_redis_flush_mid_run_is_resumed_by_the_sweep_and_the_reconciler(
     assert fake_provider.stats()["requests"] == 3
 
 
-def test_cancel_of_a_run_mid_turn_closes_the_turns_stream_and_books_what_streamed(
+def test_cancel_of_a_run_mid_turn_closes_the_turns_stream_and_books_it_to_the_run(
     alice_client,
     fake_provider,
     processes,  # noqa: F811
@@ -181,7 +181,7 @@ def test_cancel_of_a_run_mid_turn_closes_the_turns_stream_and_books_what_streame
     wait_for(lambda: LlmJob.objects.get(id=job.id).status == "cancelled", seconds=10)
     assert time.monotonic() - asked < 5
     (entry,) = CostEntry.objects.filter(job=job)
-    assert entry.outcome == "cancelled" and entry.output_tokens < 20_000
+    assert entry.outcome == "cancelled" and entry.is_estimated  # up to max_tokens: its bound
     result = detail(alice_client, run)
     assert result["steps"][0]["status"] == "cancelled" and result["turns"] == 1
     assert Decimal(result["cost_usd"]) == LlmJob.objects.get(id=job.id).cost_usd > 0

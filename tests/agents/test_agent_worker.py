@@ -50,6 +50,8 @@ def test_one_agents_worker_runs_the_tool_calls_of_several_runs_at_once(
     wait_for(
         lambda: AgentStep.objects.filter(kind="tool", status="completed").count() == 4, seconds=30
     )
+    # Each task submits its run's next turn after recording its call: drain once all four did.
+    wait_for(lambda: AgentStep.objects.filter(kind="model", turn=2).count() == 4, seconds=30)
     agent_workers.drain()
     for run in runs:
         assert detail(alice_client, run)["status"] == "completed"

@@ -1,6 +1,8 @@
 """The tool registry: definitions checked at registration, modules imported at start, a bad one
 stopping every manage.py command through the system check; how a call's outcome is made."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
@@ -50,7 +52,7 @@ def test_the_demo_tools_are_registered_and_answer():
     assert tools.registered_tool("send_email").requires_approval  # type: ignore[union-attr]
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # each call commits in its own process
 def test_send_email_records_one_message_per_call_id_however_often_it_runs():
     from agents.models import DemoEmail
 
@@ -58,4 +60,14 @@ def test_send_email_records_one_message_per_call_id_however_often_it_runs():
     first = tool_call(name="send_email", tool_input=mail, call_id="toolu_1")
     again = tool_call(name="send_email", tool_input=mail, call_id="toolu_1")
     assert first.output.startswith("Sent") and again.output.startswith("Already sent")
-    assert DemoEmail.objects.count() == 1
+    # Four copies of one call at once (a run resumed while a copy still ran): one message.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outcomes = list(
+            pool.map(
+                lambda _: tool_call(name="send_email", tool_input=mail, call_id="toolu_2"),
+                range(4),
+            )
+        )
+    assert sorted(o.output.split(":")[0] for o in outcomes) == ["Already sent"] * 3 + ["Sent"]
+    assert not any(o.is_error for o in outcomes)
+    assert sorted(DemoEmail.objects.values_list("call_id", flat=True)) == ["toolu_1", "toolu_2"]

@@ -12,7 +12,7 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 
-from batches.models import Batch, BatchCallbackDelivery
+from batches.models import Batch
 from batches.services import batch_cancels_resume
 from dlq.models import FailureRecord
 from dlq.services import failure_requeue
@@ -23,6 +23,7 @@ from llmops.asgi import application
 from llmops.queues import DEFAULT_QUEUE
 from tests.batches.helpers import item, receiver, submit_batch
 from tests.conftest import Workers
+from webhooks.models import WebhookDelivery
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
@@ -79,7 +80,7 @@ def test_the_callback_is_retried_until_delivered_and_never_shows_its_secret(
     alice_client, workers, settings, caplog
 ):
     settings.CALLBACK_ALLOW_PRIVATE_HOSTS = True
-    settings.ALERT_RETRY_SCHEDULE = [0.01, 0.01]
+    settings.WEBHOOK_RETRY_SCHEDULE = [0.01, 0.01]
     caplog.set_level(logging.INFO)
     with receiver([503]) as hook:
         url = f"{hook.url}/hooks/batch?token=s3cret"
@@ -88,9 +89,9 @@ def test_the_callback_is_retried_until_delivered_and_never_shows_its_secret(
         Workers("alerts").drain()
         assert len(hook.requests) == 2  # a 503, then delivered
         assert hook.bodies[0] == hook.bodies[1]
-    delivery = BatchCallbackDelivery.objects.get()
-    assert delivery.state == BatchCallbackDelivery.State.DELIVERED and delivery.attempts == 2
-    assert delivery.batch_id == batch.id and len(delivery.history) == 2
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.state == WebhookDelivery.State.DELIVERED and delivery.attempts == 2
+    assert delivery.subject_id == str(batch.id) and len(delivery.history) == 2
     assert delivery.payload == hook.bodies[1]
     assert "s3cret" not in caplog.text and "/hooks/batch" not in caplog.text
     assert "s3cret" not in delivery.last_error + str(delivery.history)
@@ -103,7 +104,7 @@ def test_a_callback_refused_with_a_client_error_is_not_retried(alice_client, wor
         workers.drain()
         Workers("alerts").drain()
         assert len(hook.requests) == 1
-    assert BatchCallbackDelivery.objects.get().state == BatchCallbackDelivery.State.FAILED
+    assert WebhookDelivery.objects.get().state == WebhookDelivery.State.FAILED
 
 
 def test_a_callback_to_a_private_address_is_refused_when_it_goes_out(
@@ -118,8 +119,8 @@ def test_a_callback_to_a_private_address_is_refused_when_it_goes_out(
         workers.drain()
         Workers("alerts").drain()
         assert hook.requests == []
-    delivery = BatchCallbackDelivery.objects.get()
-    assert delivery.state == BatchCallbackDelivery.State.FAILED and delivery.attempts == 1
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.state == WebhookDelivery.State.FAILED and delivery.attempts == 1
     assert "private, local or reserved" in delivery.last_error
 
 

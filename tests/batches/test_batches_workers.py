@@ -17,14 +17,15 @@ import django_rq
 import pytest
 from django.db.models import Count, Sum
 
-from batches.callbacks import callbacks_resume
-from batches.models import Batch, BatchCallbackDelivery, BatchItem
+from batches.models import Batch, BatchItem
 from batches.services import batch_cancels_resume
 from jobs.models import LlmJob
 from ledger.models import CostEntry
 from tests.batches.helpers import item, receiver, submit_batch
 from tests.conftest import FakeProvider
 from tests.jobs.test_takeover import Processes, requests_seen, wait_for, worker_env
+from webhooks.models import WebhookDelivery
+from webhooks.services import webhooks_resume
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
 
@@ -105,7 +106,7 @@ def test_a_thousand_items_report_exact_counts_run_duplicates_once_and_call_back_
         wait_for(lambda: hook.bodies, timeout=30, what=f"the callback\n{processes.logs()}")
         # A monitor pass and more time change nothing: one callback, one finish.
         time.sleep(1.0)
-        assert callbacks_resume(grace_seconds=0) == 0
+        assert webhooks_resume(grace_seconds=0) == 0
         assert batch_cancels_resume(grace_seconds=0) == 0
         time.sleep(0.5)
         assert len(hook.requests) == 1
@@ -133,8 +134,8 @@ def test_a_thousand_items_report_exact_counts_run_duplicates_once_and_call_back_
     assert callback["path"] == "/done?token=s3cret"
     assert callback["headers"]["User-Agent"] == "llmops-callbacks"
     assert callback["body"] == {"type": "batch.finished", "batch": shown}
-    delivery = BatchCallbackDelivery.objects.get(batch=batch)
-    assert delivery.state == BatchCallbackDelivery.State.DELIVERED and delivery.attempts == 1
+    delivery = WebhookDelivery.objects.get(subject_kind="batch", subject_id=str(batch.id))
+    assert delivery.state == WebhookDelivery.State.DELIVERED and delivery.attempts == 1
     assert "s3cret" not in processes.output()
 
 

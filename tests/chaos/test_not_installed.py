@@ -44,6 +44,9 @@ def test_no_installed_app_imports_it_at_import_time():
 
 
 def test_the_command_says_the_drill_is_not_installed_where_it_is_missing(monkeypatch):
-    monkeypatch.setitem(sys.modules, "chaos", None)
+    # The package and every module of it that an earlier test on this worker imported: a cached
+    # ``chaos.command`` would otherwise be found without looking at ``chaos``.
+    for name in [name for name in sys.modules if name.split(".")[0] == "chaos"] + ["chaos"]:
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(CommandError, match=r"chaos drill \(chaos/\) is not installed here"):
         call_command("llm_chaos")

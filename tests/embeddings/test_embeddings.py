@@ -214,3 +214,65 @@ def test_a_hung_embedding_call_is_abandoned_within_the_idle_bound(
     assert entries and all(e.outcome == "unknown_outcome" for e in entries)
     # Booked at the input's upper bound: the provider billed the input.
     assert all(e.cost_usd > 0 and e.is_estimated for e in entries)
+
+
+def _script(fake_provider: Any, job: LlmJob, steps: list[str]) -> None:
+    fake_provider.http.post(
+        "/_fake/faults", json={"next": steps, "key": str(job.id)}
+    ).raise_for_status()
+
+
+def test_an_answer_that_repeats_an_index_is_refused_and_the_retry_stores_vectors_in_order(
+    alice_client, workers, fake_provider, local_openai
+):
+    job = _embed(alice_client)
+    # Four vectors, the count right, the last one labelled index 0: sorted by index it would
+    # land on the second input.
+    _script(fake_provider, job, ["repeat_index", "ok"])
+    workers.work_once()
+
+    job.refresh_from_db()
+    assert job.status == "retrying" and job.attempts == 1
+    assert not EmbeddingChunk.objects.filter(job=job).exists()
+    body = alice_client.get(f"/api/v1/embeddings/{job.id}/").json()
+    assert body["output"] is None
+    assert body["error"]["code"] == "unexpected_error"
+    assert "UnreadableResponse" in body["error"]["message"]
+    assert "index 0 given twice" in body["error"]["message"]
+    # The provider answered 200 and billed the call: booked at its upper bound, like any
+    # unreadable 2xx.
+    (entry,) = CostEntry.objects.filter(job=job)
+    assert entry.outcome == "error" and entry.reason_code == "unexpected_error"
+    assert entry.is_estimated and entry.cost_usd > 0
+    (billed,) = _billed(fake_provider)
+    assert entry.cost_usd >= Decimal(billed["cost_usd"])
+
+    workers.drain()
+    job.refresh_from_db()
+    assert job.status == "completed" and job.attempts == 2
+    output = alice_client.get(f"/api/v1/embeddings/{job.id}/").json()["output"]
+    for text, vector in zip(TEXTS, output["embeddings"], strict=True):
+        assert _close(vector, fake_vector(EMBEDDING_MODEL, text, 1536).tolist())
+
+
+def test_an_answer_that_skips_an_index_never_completes_the_job(
+    alice_client, workers, fake_provider, local_openai
+):
+    fake_provider.faults({"skip_index": 1.0})
+    job = _embed(alice_client)
+    workers.drain()
+
+    job.refresh_from_db()
+    # Refused every time: retried as an unreadable answer (twice), then dead-lettered.
+    assert job.status == "failed" and job.error_code == "unexpected_error"
+    assert job.attempts == 3
+    assert "index 3 missing; index 4 out of range" in job.error_message
+    assert not EmbeddingChunk.objects.filter(job=job).exists()
+    assert alice_client.get(f"/api/v1/embeddings/{job.id}/").json()["output"] is None
+    (failure,) = FailureRecord.objects.filter(job=job)
+    assert failure.reason_code == "unexpected_error" and failure.retries_exhausted
+    entries = list(CostEntry.objects.filter(job=job))
+    billed = _billed(fake_provider)
+    assert len(entries) == len(billed) == 3
+    assert all(e.outcome == "error" and e.is_estimated for e in entries)
+    assert sum(e.cost_usd for e in entries) >= sum(Decimal(b["cost_usd"]) for b in billed)

@@ -214,6 +214,7 @@ def test_it_injects_each_error_fault(
             "cost_usd": "0",
             "batch_cost_usd": "0",
         },
+        "billed_by_model": {},
     }
 
 
@@ -356,6 +357,7 @@ def test_it_resets_stats_and_cache(url: str) -> None:
             "cost_usd": "0",
             "batch_cost_usd": "0",
         },
+        "billed_by_model": {},
     }
     assert ask(sdk(url), system=system).usage.cache_creation_input_tokens == 4  # written again
 

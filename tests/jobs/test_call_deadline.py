@@ -27,8 +27,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from jobs.heartbeat import Heartbeat as _Heartbeat
 from jobs.models import LlmJob
-from jobs.runner import _Heartbeat
 from jobs.timeouts import job_timeout_for
 from ledger.models import Budget, BudgetReservation, CostEntry
 from ledger.services import job_upper_bound_cost

@@ -188,3 +188,32 @@ def test_a_held_queued_job_is_enqueued_again_once_its_scheduled_time_is_overdue(
     assert report.requeued_overdue == requeued and report.requeued_lost == 0
     after = LlmJob.objects.get(id=job.id)
     assert after.status == "queued" and (after.rq_job_id != held.rq_job_id) == bool(requeued)
+
+
+@pytest.mark.parametrize(("error_code", "requeued"), [("worker_lost", 1), ("server_error", 0)])
+def test_a_dead_workers_retry_is_enqueued_once_due_without_the_overdue_wait(
+    alice_client, settings, error_code, requeued
+):
+    """The worker that died may have held rq's scheduler (its lock outlives it by a minute), so
+    its job's retry goes as soon as it is due; any other retry is given
+    LLM_OVERDUE_RETRY_SECONDS for the scheduler first (jobs/reconciler.py, WORKER_LOST)."""
+    settings.LLM_OVERDUE_RETRY_SECONDS = 15
+    job = submit(alice_client)
+    # A retry whose RQ job waits in rq's scheduled registry, due a second ago.
+    held = job_hold(job_id=job.id, rq_job_id=job.rq_job_id, delay_seconds=600, reason="test")
+    assert held is not None
+    LlmJob.objects.filter(id=job.id).update(
+        status="retrying",
+        attempts=1,
+        error_code=error_code,
+        next_attempt_at=timezone.now() - timedelta(seconds=1),
+    )
+    report = reconcile_jobs()
+    assert report.requeued_overdue == requeued and report.requeued_lost == 0
+    after = LlmJob.objects.get(id=job.id)
+    assert (after.rq_job_id != held.rq_job_id) == bool(requeued)
+    # Not yet due: left to the scheduler, whatever its reason.
+    LlmJob.objects.filter(id=job.id).update(
+        status="retrying", next_attempt_at=timezone.now() + timedelta(seconds=5)
+    )
+    assert reconcile_jobs().requeued_overdue == 0

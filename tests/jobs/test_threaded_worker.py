@@ -186,7 +186,11 @@ def test_calls_in_flight_keep_their_locks_registries_heartbeats_and_one_ledger_r
 
     # One attempt, one ledger row per job; the ledger holds what the provider billed.
     assert requests_seen(fake_provider) == 8
-    assert fake_provider.stats()["peak_in_flight"] >= baseline + 8
+    # Calls of earlier tests the provider still held count in its peak only while they lasted:
+    # those still held now were held all along (one that ended before ours began was counted
+    # in the baseline and not in the peak: a CI run's 8 >= 1 + 8).
+    stats = fake_provider.stats()
+    assert stats["peak_in_flight"] >= min(baseline, stats["in_flight"]) + 8
     entries = CostEntry.objects.filter(job__in=jobs)
     assert sorted(str(e.job_id) for e in entries) == sorted(str(j.id) for j in jobs)
     assert {e.outcome for e in entries} == {CostEntry.Outcome.SUCCESS}

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-import jobs.services
+import jobs.services.attempts
 from dlq.models import FailureRecord
 from jobs.models import LlmJob
 from ledger.models import CostEntry
@@ -87,7 +87,7 @@ def test_a_job_whose_first_answer_was_garbage_completes_on_the_retry(
 def test_an_exception_while_recording_the_result_still_leaves_the_job_retrying(
     alice_client, workers, fake_provider, monkeypatch
 ):
-    real_record = jobs.services.cost_entry_record_attempt
+    real_record = jobs.services.attempts.cost_entry_record_attempt
     calls: list[str] = []
 
     def record_failing_once(*, job: Any, attempt: int, record: Any) -> CostEntry:
@@ -96,7 +96,7 @@ def test_an_exception_while_recording_the_result_still_leaves_the_job_retrying(
             raise RuntimeError("ledger write exploded")
         return real_record(job=job, attempt=attempt, record=record)
 
-    monkeypatch.setattr(jobs.services, "cost_entry_record_attempt", record_failing_once)
+    monkeypatch.setattr(jobs.services.attempts, "cost_entry_record_attempt", record_failing_once)
     job = submit(alice_client)
     workers.work_once()
 
@@ -112,7 +112,7 @@ def test_an_exception_while_recording_the_result_still_leaves_the_job_retrying(
     assert entry.outcome == "error" and entry.is_estimated
     assert fake_provider.stats()["requests"] == 1
 
-    monkeypatch.setattr(jobs.services, "cost_entry_record_attempt", real_record)
+    monkeypatch.setattr(jobs.services.attempts, "cost_entry_record_attempt", real_record)
     workers.drain()
     job.refresh_from_db()
     assert job.status == "completed" and job.attempts == 2

@@ -99,3 +99,36 @@ def test_a_keys_daily_budget_holds_under_twenty_concurrent_submitters(
     assert refused.json()["detail"]["budgets"][0]["budget"] == f"key:{key.id} nightly"
     other = APIClient(HTTP_AUTHORIZATION=f"Bearer {api_key_for(alice, scopes=['jobs:write'])}")
     assert other.post("/api/v1/jobs/", BODY, format="json").status_code == 202
+
+
+def test_a_key_whose_budget_cannot_take_a_jobs_worst_case_is_refused_at_submit(
+    alice: Any, fake_provider: Any, workers: Any
+) -> None:
+    """Issue 37, fault 4: a key created with max_budget_usd 0.001 got 202 for a job whose worst
+    case was far above it, and the job then failed budget_exceeded with 0 attempts. It is a 429
+    at submit, as for a feature budget, and nothing is written."""
+    admin = APIClient(HTTP_AUTHORIZATION=f"Bearer {api_key_for(alice)}")
+    created = admin.post(
+        "/api/v1/keys/",
+        {"name": "tiny", "scopes": ["jobs:write"], "max_budget_usd": "0.001"},
+        format="json",
+    ).json()
+    body = job_body(feature="nightly-digest", max_tokens=4096)
+    refused = APIClient(HTTP_AUTHORIZATION=f"Bearer {created['key']}").post(
+        "/api/v1/jobs/", body, format="json"
+    )
+    assert refused.status_code == 429, refused.content
+    answer = refused.json()
+    assert answer["code"] == "budget_exceeded"
+    assert Decimal(answer["detail"]["worst_case_usd"]) > Decimal("0.001")
+    assert answer["detail"]["budgets"][0]["budget"] == f"key:{created['id']} tiny"
+    assert "Retry-After" not in refused  # it never could fit: waiting does not help
+    assert not LlmJob.objects.exists() and fake_provider.stats()["requests"] == 0
+    # A job that fits is accepted and runs.
+    small = job_body(feature="nightly-digest", max_tokens=16)
+    accepted = APIClient(HTTP_AUTHORIZATION=f"Bearer {created['key']}").post(
+        "/api/v1/jobs/", small, format="json"
+    )
+    assert accepted.status_code == 202, accepted.content
+    workers.drain()
+    assert LlmJob.objects.get().status == "completed"

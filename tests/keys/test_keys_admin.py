@@ -29,7 +29,9 @@ def staff_client() -> Client:
 
 
 def test_adding_a_key_shows_its_secret_once_on_the_answer(staff_client: Client, alice: Any) -> None:
-    response = staff_client.post(
+    superuser = Client()
+    superuser.force_login(make_user("boss", is_staff=True, superuser=True))
+    response = superuser.post(
         "/admin/keys/apikey/add/",
         {"user": alice.id, "name": "nightly", "scopes": ["jobs:write"], "rpm": "30",
          "max_budget_usd": "5", "budget_period": "day"},

@@ -293,10 +293,12 @@ def test_spend_booked_while_a_budget_was_disabled_counts_once_it_is_enabled_agai
     assert budget_usage(budget=budget).spent_usd == ledger
 
     requests = fake_provider.stats()["requests"]
-    job = submit(alice_client, feature=FEATURE, max_tokens=16)
+    # The window holds the disabled spend: the next job's worst case does not fit, and it is
+    # refused at submit (issue 37, fault 4), before any worker could send it.
+    refused = alice_client.post("/api/v1/jobs/", job_body(feature=FEATURE, max_tokens=16),
+                                format="json")  # fmt: skip
+    assert refused.status_code == 429 and refused.json()["code"] == "budget_exceeded"
     workers.drain()
-    job.refresh_from_db()
-    assert job.status == "failed" and job.error_code == "budget_exceeded" and job.attempts == 0
     assert fake_provider.stats()["requests"] == requests
     assert BudgetWindow.objects.get(budget=budget).spent_usd == ledger <= budget.limit_usd
 

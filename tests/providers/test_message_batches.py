@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from jobs.retry_policy import classify
-from providers import message_batches
 from providers.base import ProviderRequest
 from providers.message_batches import (
     BatchApiError,
@@ -192,7 +191,8 @@ def test_an_unknown_batch_is_a_404_that_is_not_retried(fake):
 
 
 def test_a_closed_port_is_a_connection_error_that_is_retried(fake, settings):
-    settings.ANTHROPIC_BASE_URL = f"http://127.0.0.1:{_free_port()}"
+    port = _free_port()
+    settings.ANTHROPIC_BASE_URL = f"http://127.0.0.1:{port}/path-token"
     calls: list[Callable[[], Any]] = [
         lambda: batch_create(provider_name="anthropic", requests=requests(1)),
         lambda: batch_retrieve(provider_name="anthropic", batch_id="msgbatch_x"),
@@ -205,7 +205,8 @@ def test_a_closed_port_is_a_connection_error_that_is_retried(fake, settings):
         error = caught.value
         assert error.reason == "connection_error" and error.retryable
         assert error.http_status is None and not error.outcome_unknown  # it never left
-        assert settings.ANTHROPIC_BASE_URL in error.message
+        assert error.message.startswith(f"ConnectError: could not connect to 127.0.0.1:{port}")
+        assert "path-token" not in error.message
 
 
 class Peer:
@@ -266,8 +267,8 @@ def peer(mode: str, settings: Any) -> Iterator[Peer]:
 
 def test_a_wrong_key_is_a_401_that_is_not_retried_and_never_shows_the_key(settings, monkeypatch):
     settings.ANTHROPIC_API_KEY = SECRET
-    monkeypatch.setenv("CLAUDE_EU_KEY", SECRET + "-eu")
-    provider_save(name="claude-eu", kind="anthropic", api_key_env="CLAUDE_EU_KEY")
+    monkeypatch.setenv("CLAUDE_EU_API_KEY", SECRET + "-eu")
+    provider_save(name="claude-eu", kind="anthropic", api_key_env="CLAUDE_EU_API_KEY")
     calls: list[Callable[[], Any]] = [
         lambda: batch_create(provider_name="anthropic", requests=requests(1)),
         lambda: batch_retrieve(provider_name="anthropic", batch_id="msgbatch_x"),
@@ -300,7 +301,7 @@ def test_a_wrong_key_is_a_401_that_is_not_retried_and_never_shows_the_key(settin
 def test_a_create_left_unanswered_is_retried_knowing_the_batch_may_exist(
     settings, monkeypatch, mode, reason
 ):
-    monkeypatch.setattr(message_batches, "READ_TIMEOUT_SECONDS", 0.5)
+    settings.LLM_DEFERRED_READ_TIMEOUT_SECONDS = 0.5
     with peer(mode, settings) as server:
         with pytest.raises(BatchApiError) as created:
             batch_create(provider_name="anthropic", requests=requests(1))

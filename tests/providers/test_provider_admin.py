@@ -15,7 +15,14 @@ ADD = "/admin/providers/provider/add/"
 def staff() -> Client:
     client = Client()
     client.force_login(
-        make_user("olga", "add_provider", "change_provider", "view_provider", is_staff=True)
+        make_user(
+            "olga",
+            "add_provider",
+            "change_provider",
+            "view_provider",
+            "change_provider_endpoint",
+            is_staff=True,
+        )
     )
     return client
 

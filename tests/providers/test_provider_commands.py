@@ -48,12 +48,12 @@ def test_add_of_an_existing_name_updates_it_with_a_new_price_row():
         "https://api.openai.com/v1", "--api-key-env", "OPENAI_API_KEY")  # fmt: skip
     assert "updated provider openai" in run(
         "llm_provider", "add", "openai", "--kind", "openai", "--base-url",
-        "https://gateway.example/v1", "--api-key-env", "OPENAI_KEY_2",
+        "https://gateway.example/v1", "--api-key-env", "GATEWAY_API_KEY",
     )  # fmt: skip
     provider = Provider.objects.get(name="openai")
     assert (provider.base_url, provider.api_key_env) == (
         "https://gateway.example/v1",
-        "OPENAI_KEY_2",
+        "GATEWAY_API_KEY",
     )
     args = ["llm_model", "add", "gpt-4.1", "--provider", "openai", "--output-price", "8"]
     run(*args, "--input-price", "2")

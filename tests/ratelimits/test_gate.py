@@ -91,8 +91,9 @@ def test_a_held_retry_keeps_its_attempt_count(alice_client, workers, fake_provid
 
 
 def test_a_budget_refusal_gives_the_slot_back(alice_client, workers, fake_provider, two_per_window):
+    jobs = [submit(alice_client), submit(alice_client)]
+    # Set after the submits (a submit it cannot take is refused with 429): the worker refuses.
     Budget.objects.create(scope="feature", feature="email-classify", limit_usd="0.000001")
-    jobs = [submit(alice_client), submit(alice_client)]  # each over the budget's worst case
     workers.work_once()
     assert fake_provider.stats()["requests"] == 0
     assert {j.status for j in LlmJob.objects.filter(id__in=[j.id for j in jobs])} == {"failed"}

@@ -76,7 +76,8 @@ class Command(BaseCommand):
             f"Codes: {', '.join(FAULT_CODES)} (HTTP statuses by number; spendcap: 429 spend "
             "limit; credit: 400 credit balance too low; context, usagelimit: 400s; timeout: "
             "never answers; drop: connection cut mid-body; garbage: 200 with a non-JSON body; "
-            "trickle: 200, then the body one byte a second).",
+            "trickle: 200, then the body one byte a second; repeat_index, skip_index: an "
+            "embeddings answer whose last index repeats 0 or skips one).",
         )
         parser.add_argument(
             "--seed", default=None, help="Seed for fault draws and latency (repeatable runs)."

@@ -1,12 +1,12 @@
 from alerts.dispatch import alert_deliveries_resume, alert_failures_resume
 from alerts.notifications import alert_failure_incidents_check
-from batches.callbacks import callbacks_resume
 from batches.services import batch_cancels_resume
 from dlq.services import bulk_requeues_resume
 from loops.command import LoopCommand
 from loops.deadline_health import deadline_attainment_check
 from loops.queue_health import queue_health_check
 from loops.retry_health import retry_overdue_check
+from webhooks.services import webhooks_resume
 
 
 class Command(LoopCommand):
@@ -16,7 +16,8 @@ class Command(LoopCommand):
         "oldest overdue retry (LLM_OVERDUE_RETRY_ALERT_SECONDS) and for each feature's deadline "
         "attainment over the last hour (LLM_DEADLINE_ALERT_RATIO); re-enqueue the alerts of "
         "failures and the alert deliveries Redis lost; resolve failure alerts whose DLQ "
-        "records are all handled; resume bulk requeues and batch cancels Redis lost. Once, "
+        "records are all handled; resume bulk requeues, batch cancels and webhook deliveries "
+        "Redis lost. Once, "
         "or --loop, "
         "surviving Redis and database errors."
     )
@@ -32,14 +33,14 @@ class Command(LoopCommand):
         cleared = alert_failure_incidents_check()
         bulk = bulk_requeues_resume()
         batch_cancels = batch_cancels_resume()
-        callbacks = callbacks_resume()
+        webhooks = webhooks_resume()
         lines = []
         if bulk:
             lines.append(f"monitor: resumed {bulk} bulk requeues lost from Redis")
         if batch_cancels:
             lines.append(f"monitor: resumed {batch_cancels} batch cancels lost from Redis")
-        if callbacks:
-            lines.append(f"monitor: resumed {callbacks} batch callbacks lost from Redis")
+        if webhooks:
+            lines.append(f"monitor: resumed {webhooks} webhook deliveries lost from Redis")
         if resumed:
             lines.append(f"monitor: resumed {resumed} alert deliveries lost from Redis")
         if realerted or not self.looping:

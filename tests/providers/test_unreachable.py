@@ -1,0 +1,53 @@
+"""A provider nobody answers (a row pointing at a closed port): the job's error and the ledger
+row name the host and port tried, never the URL's path (a gateway may put a token there) nor
+the key. Real MariaDB, Redis, RQ workers and the SDKs; nothing listens on the port."""
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from jobs.models import LlmJob
+from ledger.models import CostEntry
+from ledger.price_table import model_price_set
+from providers.services import provider_save
+from tests.conftest import _free_port, submit
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
+
+PATH_TOKEN = "tenant-7f3a9c-secret-path-token"
+KEY = "sk-unreachable-test-key-0123456789"
+
+
+@pytest.mark.parametrize(("kind", "model"), [("openai", "gpt-4o-mini"), ("anthropic", "claude-x")])
+def test_it_names_the_host_and_port_of_an_unreachable_provider_without_path_or_key(
+    alice_client: Any, workers: Any, monkeypatch: pytest.MonkeyPatch, kind: str, model: str
+):
+    port = _free_port()  # bound and released: nothing listens there
+    monkeypatch.setenv("GATEWAY_API_KEY", KEY)
+    provider_save(
+        name="gateway",
+        kind=kind,
+        base_url=f"http://127.0.0.1:{port}/{PATH_TOKEN}/v1",
+        api_key_env="GATEWAY_API_KEY",
+    )
+    model_price_set(
+        model=model,
+        provider="gateway",
+        input_per_mtok=Decimal("1"),
+        output_per_mtok=Decimal("2"),
+        max_output_tokens=4096,
+    )
+    job = submit(alice_client, model=model)
+    workers.work_once()
+
+    job.refresh_from_db()
+    assert job.status == "retrying" and job.error_code == "connection_error"
+    (entry,) = CostEntry.objects.filter(job=job)
+    assert entry.outcome == "connection_error" and entry.cost_usd == 0
+    error = alice_client.get(f"/api/v1/jobs/{job.id}/").json()["error"]
+    for message in (job.error_message, entry.error_message, error["message"]):
+        assert message.startswith(f"ConnectError: could not connect to 127.0.0.1:{port}"), message
+        assert "Connection refused" in message
+        assert PATH_TOKEN not in message and KEY not in message and "/v1" not in message
+    assert LlmJob.objects.filter(status="running").count() == 0
