@@ -58,7 +58,15 @@ def batches(stack: Stack) -> Iterator[BatchStack]:
         LLM_RETRY_DELAY_SCALE="0.001",
     )
     stack.processes.start(env, "deferred_batches", "--loop")
+    loop_log = stack.processes.started[-1][1]
     stack.processes.start(env, "rqworker", DEFAULT_QUEUE)
+    # A test whose deadline leaves the loop a few seconds to send a batch must not spend them on
+    # the loop's start-up (a CI run under load sent nothing before the request's fallback line).
+    wait_for(
+        lambda: "loop started" in loop_log.read_text(errors="replace"),
+        timeout=60,
+        what="the deferred loop to start",
+    )
     yield BatchStack(stack, stack.anthropic())
 
 

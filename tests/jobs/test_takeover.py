@@ -95,6 +95,35 @@ class Processes:
             subprocess.run(["pkill", "-KILL", "-s", str(process.pid)], check=False)
 
 
+def queue_state() -> str:
+    """What a stuck run's assertion message needs: the jobs that are not final, the llm queue's
+    RQ registries, who holds rq's scheduler lock and every Redis client on this index (a process
+    of an earlier test left on it would show here)."""
+    redis = django_rq.get_connection(LLM_QUEUE)
+    queue = django_rq.get_queue(LLM_QUEUE)
+    waiting = LlmJob.objects.exclude(status__in=LlmJob.FINAL_STATUSES).values_list(
+        "id", "status", "attempts", "error_code", "next_attempt_at", "rq_job_id"
+    )
+    db = redis.connection_pool.connection_kwargs.get("db", 0)
+    clients = [
+        f"{client.get('name') or '-'} {client.get('addr')} cmd={client.get('cmd')}"
+        for client in redis.client_list()
+        if int(client.get("db", -1)) == db
+    ]
+    return "\n".join(
+        [
+            "--- not final ---",
+            *(" ".join(str(value) for value in row) for row in waiting),
+            f"queued: {queue.get_job_ids()}",
+            f"scheduled: {queue.scheduled_job_registry.get_job_ids()}",
+            f"started: {queue.started_job_registry.get_job_ids()}",
+            f"scheduler lock: {redis.get(f'rq:scheduler-lock:{LLM_QUEUE}')!r}",
+            "--- redis clients on this index ---",
+            *clients,
+        ]
+    )
+
+
 @pytest.fixture
 def processes(tmp_path: Path) -> Iterator[Processes]:
     started = Processes(tmp_path)

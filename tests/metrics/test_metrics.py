@@ -31,6 +31,7 @@ from tests.conftest import FakeProvider, submit
 from tests.jobs.test_takeover import (
     Processes,
     processes,  # noqa: F401  (fixture)
+    queue_state,
     wait_for,
     worker_env,
 )
@@ -240,7 +241,7 @@ def test_counters_equal_the_ledger_after_a_mixed_run_through_real_worker_process
             every=0.5,
         )
     except AssertionError:
-        raise AssertionError(processes.logs()) from None
+        raise AssertionError(f"{queue_state()}\n{processes.logs()}") from None
     finally:
         stop.set()
         scraper.join(timeout=30)
