@@ -69,6 +69,11 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+LOCK_HANDOVER_SECONDS = 10.0
+"""How long the RQ job a job's row points at waits for the copy before it to let go of the job's
+lock: that copy handed the job on and only has its own bookkeeping left. A live attempt's lock
+(a duplicate's) is renewed by its heartbeat and outlasts the wait."""
+
 
 def _send_wait_bound() -> float:
     # The longest ``rate_limit_sent`` waits: the paced slot (at most the in-process wait) and
@@ -93,7 +98,7 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
     started = time.monotonic()
     redis = queue_connection(LLM_QUEUE)
     lock = redis.lock(job_lock_key(job_id), timeout=lock_ttl(), blocking=False, thread_local=False)
-    if not lock.acquire(blocking=False):
+    if not _lock_acquire(lock, job_id=job_id, rq_job_id=rq_job_id):
         logger.info("job %s is locked by another worker; this copy exits", job_id)
         return "locked"
     try:
@@ -157,6 +162,24 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
             lock.release()
         except (LockError, RedisError):
             pass
+
+
+def _lock_acquire(lock: Any, *, job_id: str, rq_job_id: str | None) -> bool:
+    """Take the job's lock. A copy that hands its job on (a hold for the limiter, a retry, a
+    fallback) schedules the job's next RQ job before it lets go of the lock, so a short hold's RQ
+    job may start while the lock is still held: the RQ job the row points at waits for the hand-
+    over, up to ``LOCK_HANDOVER_SECONDS``. Leaving at once stranded the job until the reconciler's
+    grace had passed (a test run under load: held 0.11 s, the lock let go 0.57 s later). Any
+    other copy (a stray or a duplicate of a live attempt) leaves at once."""
+    if lock.acquire(blocking=False):
+        return True
+    if rq_job_id is None:
+        return False
+    close_old_connections()
+    if job_for_run(job_id=job_id, rq_job_id=rq_job_id) is None:
+        return False
+    release_connection()  # no connection is held while it waits
+    return bool(lock.acquire(blocking=True, blocking_timeout=LOCK_HANDOVER_SECONDS))
 
 
 @contextmanager

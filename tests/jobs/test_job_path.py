@@ -304,6 +304,53 @@ def test_a_second_copy_of_a_job_exits_without_calling_the_provider(
     assert fake_provider.stats()["requests"] == 0
 
 
+def test_the_rq_job_a_job_was_handed_to_waits_for_the_copy_before_it_to_let_go(
+    alice_client, workers, fake_provider
+):
+    # A copy held the job for a paced slot (or scheduled its retry) and is still finishing its
+    # own bookkeeping, lock in hand, when the next RQ job starts: that RQ job runs the job once
+    # the lock is let go. It used to leave, and nothing was left to run the job.
+    import threading
+
+    from jobs.runner import job_run
+    from llmops.queues import job_lock_key
+
+    job = submit(alice_client)
+    job.refresh_from_db()
+    assert job.rq_job_id
+    redis = workers.queue.connection
+    redis.set(job_lock_key(job.id), "the-copy-that-held-it", ex=30)
+    threading.Timer(1.0, redis.delete, args=[job_lock_key(job.id)]).start()
+    assert job_run(job_id=str(job.id), rq_job_id=job.rq_job_id) == "success"
+    job.refresh_from_db()
+    assert job.status == "completed" and job.attempts == 1
+    assert fake_provider.stats()["requests"] == 1
+
+
+def test_a_copy_the_row_does_not_point_at_or_a_live_attempts_lock_is_not_waited_for(
+    alice_client, workers, fake_provider, monkeypatch
+):
+    import time
+
+    from jobs import runner
+    from llmops.queues import job_lock_key
+
+    monkeypatch.setattr(runner, "LOCK_HANDOVER_SECONDS", 1.0)
+    job = submit(alice_client)
+    job.refresh_from_db()
+    workers.queue.connection.set(job_lock_key(job.id), "a-live-attempt", ex=30)
+    started = time.monotonic()
+    assert runner.job_run(job_id=str(job.id), rq_job_id="a-stray-copy") == "locked"
+    assert time.monotonic() - started < 0.5
+    # The row's own RQ job waits for the hand-over, and a lock still held after it is a live
+    # attempt's: it leaves without a call.
+    assert runner.job_run(job_id=str(job.id), rq_job_id=job.rq_job_id) == "locked"
+    assert time.monotonic() - started >= 0.8  # the wait, less one of the lock's 0.1 s polls
+    job.refresh_from_db()
+    assert job.status == "queued" and job.attempts == 0
+    assert fake_provider.stats()["requests"] == 0
+
+
 def test_a_completed_job_is_never_run_again(alice_client, workers, fake_provider):
     job = submit(alice_client)
     workers.drain()
