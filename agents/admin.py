@@ -10,6 +10,7 @@ from agents.control import agent_run_cancel, agent_step_decide
 from agents.models import AgentRun, AgentStep, DemoEmail
 from api.errors import ApplicationError
 from llmops.admin import ReadOnlyAdmin
+from tracing.admin_cells import run_timeline_cell
 from webhooks.admin import deliveries_cell
 from webhooks.models import Subject
 
@@ -99,7 +100,12 @@ class AgentRunAdmin(ReadOnlyAdmin):
     inlines = [AgentStepInline]
     actions = ["approve_calls", "reject_calls", "cancel_runs"]
     exclude = ["idempotency_key_hash"]
-    readonly_fields = ["webhooks"]
+    readonly_fields = ["timeline", "webhooks"]
+
+    @admin.display(description="timeline")
+    def timeline(self, run: AgentRun) -> str:
+        """Its turns and tool calls from its rows: the spans of its trace (tracing/)."""
+        return run_timeline_cell(run)
 
     @admin.display(description="webhooks")
     def webhooks(self, run: AgentRun) -> str:

@@ -85,6 +85,12 @@ class AgentRun(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    traceparent = models.CharField(
+        max_length=55,
+        blank=True,
+        help_text="The run's own span as a W3C traceparent, fixed at submit (tracing/context.py).",
+    )
+    trace_parent_span_id = models.CharField(max_length=16, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -47,6 +47,8 @@ from jobs.services import job_submit
 from jobs.transitions import Transition
 from ledger.pricing import upper_bound_cost
 from ledger.selectors import price_for_model
+from tracing.context import new_trace_fields, parse_traceparent, trace_parent_bound
+from tracing.export import export_run_trace
 from webhooks.models import Subject
 from webhooks.services import webhook_record_subscribed, webhook_subscribe
 from webhooks.signing_secrets import signer_for
@@ -143,6 +145,7 @@ def _insert(
         idempotency_key=idempotency_key or None,
         idempotency_key_hash=key_hash,
         request_fingerprint=fingerprint,
+        **new_trace_fields(),
     )
     AgentRunTag.objects.bulk_create(AgentRunTag(run=run, tag=tag) for tag in request.tags)
     if request.callback_url:
@@ -234,15 +237,17 @@ def _submit_turn(
     # transcripts grew as the square of its length (jobs/message_refs.py).
     ref = turn_messages_ref(run=run, before_step=index, messages=body["messages"])
     try:
-        job, _created = job_submit(
-            user=owner,
-            data=body,
-            messages_ref=ref,
-            api_key_id=run.api_key_id,
-            # The turn carries what the run has left: no attempt of it (a retry, a fallback to
-            # a pricier model) starts whose worst case does not fit (ledger/budgets.py).
-            max_cost_usd=None if run.max_cost_usd is None else run.max_cost_usd - run.cost_usd,
-        )
+        # The turn's job is a child of the run's span (tracing/context.py).
+        with trace_parent_bound(parse_traceparent(run.traceparent)):
+            job, _created = job_submit(
+                user=owner,
+                data=body,
+                messages_ref=ref,
+                api_key_id=run.api_key_id,
+                # The turn carries what the run has left: no attempt of it (a retry, a fallback to
+                # a pricier model) starts whose worst case does not fit (ledger/budgets.py).
+                max_cost_usd=None if run.max_cost_usd is None else run.max_cost_usd - run.cost_usd,
+            )
     except ApplicationError as exc:
         if refuse:
             raise
@@ -305,6 +310,8 @@ def _finish(run: AgentRun, status: str, *, code: str = "", message: str = "") ->
     if stopped:
         logger.info("agent run %s: %s waiting tool calls cancelled", run.id, stopped)
     events.publish_run_on_commit(run)
+    # Its trace, once the finish has committed (tracing/export.py; nothing when tracing is off).
+    transaction.on_commit(lambda: export_run_trace(run))
     # With the finish or not at all: its webhook, if the run has a callback URL.
     webhook_record_subscribed(
         subject_kind=Subject.AGENT_RUN,

@@ -11,6 +11,7 @@ from jobs.breaker import breaker_close
 from jobs.models import LlmJob, ProviderBreaker
 from jobs.services import job_cancel
 from llmops.admin import ReadOnlyAdmin
+from tracing.admin_cells import job_timeline_cell
 from webhooks.admin import deliveries_cell
 from webhooks.models import Subject
 
@@ -32,8 +33,17 @@ class LlmJobAdmin(admin.ModelAdmin):
     search_fields = ["=id", "idempotency_key"]
     list_select_related = ["user"]
     date_hierarchy = "created_at"
-    readonly_fields = [f.name for f in LlmJob._meta.fields] + ["sent_messages", "webhooks"]
+    readonly_fields = [f.name for f in LlmJob._meta.fields] + [
+        "timeline",
+        "sent_messages",
+        "webhooks",
+    ]
     actions = ["cancel_jobs"]
+
+    @admin.display(description="timeline")
+    def timeline(self, job: LlmJob) -> str:
+        """Its attempts, waits and costs from its rows: the spans of its trace (tracing/)."""
+        return job_timeline_cell(job)
 
     @admin.display(description="messages sent")
     def sent_messages(self, job: LlmJob) -> str:

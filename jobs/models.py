@@ -210,6 +210,18 @@ class LlmJob(models.Model):
     error_http_status = models.PositiveSmallIntegerField(null=True, blank=True)
     error_message = models.TextField(blank=True)
     error_severity = models.CharField(max_length=10, blank=True)
+    traceparent = models.CharField(
+        max_length=55,
+        blank=True,
+        help_text="The job's own span as a W3C traceparent (trace id, span id), fixed at submit "
+        "(tracing/context.py).",
+    )
+    trace_parent_span_id = models.CharField(
+        max_length=16,
+        blank=True,
+        help_text="The caller's span (the submit's traceparent, or an agent run's); empty for a "
+        "trace the job starts.",
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -339,6 +351,29 @@ class JobAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} attempt {self.attempt} on {self.model}"
+
+
+class JobWait(models.Model):
+    """A time a waiting job was held back without an attempt (the rate limiter's next slot, its
+    concurrency key taken, a budget's hold), for its trace and its admin timeline. Consecutive
+    holds of one kind make one row, its ``seconds`` extended: pacing may hold a job many times."""
+
+    class Kind(models.TextChoices):
+        RATE_LIMIT = "rate_limit", "Rate limit"
+        CONCURRENCY_KEY = "concurrency_key", "Concurrency key"
+        BUDGET = "budget", "Budget"
+
+    job = models.ForeignKey(LlmJob, on_delete=models.CASCADE, related_name="wait_rows")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    started_at = models.DateTimeField()
+    seconds = models.FloatField(help_text="Until the time it was held to.")
+    holds = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "started_at"], name="jobwait_job_started")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} held {self.seconds:.2f}s ({self.kind})"
 
 
 class JobTag(models.Model):

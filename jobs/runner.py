@@ -62,6 +62,7 @@ from ratelimits.services import (
 )
 from runtime.db_connections import release_connection
 from runtime.redis_clients import queue_connection
+from tracing.context import attempt_span_id, trace_id_of
 
 __all__ = ["failure_from_outcome", "job_run"]
 
@@ -134,7 +135,14 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
             logger.info("job %s held: the %s circuit breaker is open", job_id, provider_name)
             return "held"
         attempt = waiting.attempts + 1
-        bind_log_context(feature=waiting.feature, model=waiting.run_model, attempt=attempt)
+        bind_log_context(
+            feature=waiting.feature,
+            model=waiting.run_model,
+            attempt=attempt,
+            # The attempt's lines name the span it is exported as (tracing/context.py).
+            trace_id=trace_id_of(waiting.traceparent),
+            span_id=attempt_span_id(waiting.traceparent, attempt),
+        )
         if waiting.concurrency_key:
             with _concurrency_slot(waiting) as taken:
                 if not taken:
@@ -144,6 +152,7 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
                         rq_job_id=rq_job_id,
                         delay_seconds=delay,
                         reason="its concurrency_key is taken by other running jobs",
+                        kind="concurrency_key",
                     )
                     return "key_busy"
                 return _start(

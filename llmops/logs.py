@@ -43,7 +43,16 @@ __all__ = [
     "log_context",
 ]
 
-CONTEXT_FIELDS = ("request_id", "job_id", "feature", "model", "attempt", "provider_request_id")
+CONTEXT_FIELDS = (
+    "request_id",
+    "trace_id",
+    "span_id",
+    "job_id",
+    "feature",
+    "model",
+    "attempt",
+    "provider_request_id",
+)
 """What ties a line to a request and a job; written in this order, each only when known."""
 
 EXTRA_FIELDS = frozenset(

@@ -24,6 +24,7 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
@@ -31,6 +32,7 @@ from django.utils.log import log_response
 
 from audit.context import request_bound
 from llmops.logs import log_context
+from tracing.context import TraceParent, parse_traceparent, trace_parent_bound
 
 __all__ = ["REQUEST_ID_HEADER", "RequestLogMiddleware", "request_id_from"]
 
@@ -88,6 +90,14 @@ def _log_access(request: HttpRequest, response: HttpResponseBase, started: float
     )
 
 
+def _bound(request_id: str, caller: TraceParent | None) -> Any:
+    """The request's log context: its id, and the caller's trace and span when it sent a W3C
+    ``traceparent`` (what it submits continues that trace: tracing/context.py)."""
+    if caller is None:
+        return log_context(request_id=request_id)
+    return log_context(request_id=request_id, trace_id=caller.trace_id, span_id=caller.span_id)
+
+
 class RequestLogMiddleware:
     sync_capable = True
     async_capable = True
@@ -103,7 +113,8 @@ class RequestLogMiddleware:
             return self._acall(request)
         request_id = request_id_from(request)
         started = time.monotonic()
-        with log_context(request_id=request_id), request_bound(request):
+        caller = parse_traceparent(request.headers.get("traceparent"))
+        with _bound(request_id, caller), request_bound(request), trace_parent_bound(caller):
             response = self.get_response(request)  # type: ignore[assignment]
             assert isinstance(response, HttpResponseBase)
             response.headers[REQUEST_ID_HEADER] = request_id
@@ -113,7 +124,8 @@ class RequestLogMiddleware:
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
         request_id = request_id_from(request)
         started = time.monotonic()
-        with log_context(request_id=request_id), request_bound(request):
+        caller = parse_traceparent(request.headers.get("traceparent"))
+        with _bound(request_id, caller), request_bound(request), trace_parent_bound(caller):
             response = await self.get_response(request)  # type: ignore[misc]
             response.headers[REQUEST_ID_HEADER] = request_id
             _log_access(request, response, started)

@@ -14,6 +14,7 @@ from keys.hashing import derived_hash_secret
 from llmops.env import DEVELOPMENT_SECRET_KEY, env
 from llmops.queues import AGENTS_QUEUE, ALERTS_QUEUE, DEFAULT_QUEUE, KEY_PREFIX, LLM_QUEUE
 from ratelimits.defaults import *  # noqa: F403
+from tracing.defaults import *  # noqa: F403
 from webhooks.defaults import *  # noqa: F403
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -80,6 +81,7 @@ INSTALLED_APPS = [
     "audit",  # who changed providers, prices, budgets, feature policies and keys
     "webhooks",  # signed POSTs of final states to callback URLs: jobs, agent runs, batches
     "gateway",  # the front doors: the Anthropic and OpenAI APIs at /anthropic and /openai/v1
+    "tracing",  # OpenTelemetry spans of jobs, attempts, runs and tools; the admin timelines
 ]
 
 MIDDLEWARE = [

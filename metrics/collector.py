@@ -32,6 +32,7 @@ from llmops.queues import QUEUE_NAMES
 from metrics.models import LATENCY_BUCKETS
 from metrics.selectors import counter_totals
 from providers.models import DEFAULT_PROVIDER
+from tracing.setup import span_counts
 
 __all__ = ["LlmCollector", "ProcessCollector", "llm_registry", "process_registry", "rq_registry"]
 
@@ -219,6 +220,15 @@ def _redis_gauges() -> Iterator[Metric]:
     yield oldest
     yield scheduled
     yield workers
+    spans = CounterMetricFamily(
+        "llm_trace_spans",
+        "Trace spans by what became of them, over every process: exported to the OTLP "
+        "collector, failed (refused, or the collector away), dropped (the export queue full).",
+        labels=["outcome"],
+    )
+    for outcome, count in span_counts().items():
+        spans.add_metric([outcome], count)
+    yield spans
 
 
 class ProcessCollector(Collector):

@@ -20,7 +20,7 @@ from jobs.deadlines import (
     deadline_passed,
     deadline_stop,
 )
-from jobs.models import LlmJob
+from jobs.models import JobWait, LlmJob
 from jobs.services.submit import job_enqueue
 from jobs.transitions import Transition, transition_committed
 from ledger.budgets import BudgetRefusal
@@ -52,7 +52,9 @@ def job_budget_refused(
         # A hold, not a status change: no attempt was made, so a "retrying" here would be a
         # transition the ledger cannot show (the metrics are checked against it).
         delay = (refusal.retry_at - timezone.now()).total_seconds()
-        return _hold(job, delay_seconds=delay, reason=f"budget ({refusal.message})")
+        return _hold(
+            job, delay_seconds=delay, reason=f"budget ({refusal.message})", kind=JobWait.Kind.BUDGET
+        )
     classification = classify(kind=refusal.code)
     job.error_code = classification.reason_code
     job.error_http_status = None
@@ -64,6 +66,11 @@ def job_budget_refused(
     if refusal.action == "defer":
         stopped = deadline_stop(job, at=refusal.retry_at, fields=fields, message=message)
         if stopped is None:
+            _record_wait(
+                job,
+                kind=JobWait.Kind.BUDGET,
+                seconds=(refusal.retry_at - timezone.now()).total_seconds(),
+            )
             return _schedule_retry(job, at=refusal.retry_at, fields=fields)
         message = stopped
     return _dead_letter(
@@ -116,6 +123,7 @@ def job_hold(
     delay_seconds: float,
     reason: str,
     limiter: bool = False,
+    kind: str = "rate_limit",
 ) -> LlmJob | None:
     """A waiting job that may not start yet (a rate limit's next slot, its concurrency key held
     by another job) goes back on the queue after ``delay_seconds`` under a fresh RQ job id.
@@ -135,7 +143,7 @@ def job_hold(
     if limiter and job.limiter_wait_since is None:
         job.limiter_wait_since = timezone.now()
         job.save(update_fields=["limiter_wait_since"])
-    return _hold(job, delay_seconds=delay_seconds, reason=reason)
+    return _hold(job, delay_seconds=delay_seconds, reason=reason, kind=kind)
 
 
 @transaction.atomic
@@ -177,17 +185,36 @@ def _move_to(job: LlmJob, model: str) -> None:
     job.limiter_wait_since = None
 
 
-def _hold(job: LlmJob, *, delay_seconds: float, reason: str) -> LlmJob:
+def _hold(job: LlmJob, *, delay_seconds: float, reason: str, kind: str) -> LlmJob:
     """A waiting job back on the queue after ``delay_seconds``, its status unchanged. Inside
     the caller's transaction, the job's row locked."""
     # A hold never keeps a job past its deadline: the runner's look just after it ends the job.
     delay = max(0.001, deadline_hold_seconds(job.deadline, delay_seconds=delay_seconds))
+    _record_wait(job, kind=kind, seconds=delay)
     if job.status == LlmJob.Status.RETRYING:
         job.next_attempt_at = timezone.now() + timedelta(seconds=delay)
         job.save(update_fields=["next_attempt_at"])
     job_enqueue(job=job, delay_seconds=delay)
     logger.info("job %s held for %.2fs: %s", job.id, delay, reason, extra={"job_id": str(job.id)})
     return job
+
+
+def _record_wait(job: LlmJob, *, kind: str, seconds: float) -> None:
+    """The hold on the job's timeline (its trace's wait spans, the admin): a hold of the same
+    kind that follows the last one within a second extends its row instead of adding one (pacing
+    may hold a job many times). Inside the transition, the job's row locked."""
+    now = timezone.now()
+    last = JobWait.objects.filter(job=job).order_by("-started_at").first()
+    if (
+        last is not None
+        and last.kind == kind
+        and last.started_at + timedelta(seconds=last.seconds + 1) >= now
+    ):
+        last.seconds = (now - last.started_at).total_seconds() + max(0.0, seconds)
+        last.holds += 1
+        last.save(update_fields=["seconds", "holds"])
+        return
+    JobWait.objects.create(job=job, kind=kind, started_at=now, seconds=max(0.0, seconds))
 
 
 def _schedule_retry(

@@ -32,6 +32,7 @@ from ledger.services import job_upper_bound_cost
 from llmops.queues import LLM_QUEUE, RUN_LLM_JOB_TASK
 from ratelimits.configured_limits import is_priority_feature
 from runtime.redis_clients import queue as rq_queue
+from tracing.context import new_trace_fields
 from webhooks.models import JOB_MARKER_KEY, Subject
 from webhooks.services import webhook_subscribe
 from webhooks.signing_secrets import signer_for
@@ -231,6 +232,8 @@ def job_build(
         idempotency_key=idempotency_key,
         idempotency_key_hash=idempotency_key_hash,
         request_fingerprint=fingerprint,
+        # The caller's trace (the request's traceparent, or an agent run's) is continued.
+        **new_trace_fields(),
     )
 
 
