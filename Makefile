@@ -7,7 +7,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 # pytest-xdist workers for make test (each its own test database and Redis index, tests/parallel.py).
 TEST_WORKERS ?= 5
 
-.PHONY: run token test lint typecheck venv dev-venv migrate services system browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming bench-embeddings bench-deferred bench-gateway chaos chaos-mix cluster-drill clean
+.PHONY: run token test lint typecheck venv dev-venv migrate services system browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming bench-embeddings bench-deferred bench-gateway bench-tracing chaos chaos-mix cluster-drill clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -146,6 +146,11 @@ bench-submit: dev-venv services
 # database). Target: at least 0.5.
 bench-pipeline: dev-venv services
 	$(BIN)/python bench/pipeline.py
+
+# The job path with traces off, on to a collector that answers, and on to one that hangs (its own
+# database): claim to complete per job and jobs/s, and what became of the spans (docs/tracing.md).
+bench-tracing: dev-venv services
+	$(BIN)/python bench/tracing.py
 
 # 100 concurrent agent runs of 10 turns through the Procfile's workers: steps/s, overhead per step.
 bench-agents: dev-venv services

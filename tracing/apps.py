@@ -7,6 +7,7 @@ class TracingConfig(AppConfig):
 
     def ready(self) -> None:
         from jobs.transitions import on_transition
+        from tracing import checks  # noqa: F401  (registers the check)
         from tracing.export import export_job_trace
 
         # After the commit of each transition: a job that has ended exports its spans (nothing

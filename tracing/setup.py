@@ -61,7 +61,7 @@ def tracing_configuration_error() -> str | None:
     if protocol and protocol not in PROTOCOLS:
         return (
             f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: llmops exports traces over OTLP/HTTP "
-            f"with protobuf only ({', '.join(PROTOCOLS)}); tracing is off"
+            f"with protobuf only ({', '.join(PROTOCOLS)})"
         )
     return None
 

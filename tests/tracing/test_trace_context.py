@@ -143,3 +143,20 @@ def test_the_admin_shows_a_jobs_timeline_from_its_rows(
     assert "error.type=overloaded" in page
     assert "wait retry" in page and "wait rate_limit" in page
     assert child_span_id(own.span_id, "attempt", 2) in page
+
+
+def test_a_protocol_the_exporter_does_not_serve_is_refused_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tracing.checks import otel_protocol_check
+    from tracing.setup import tracing_wanted
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    (error,) = otel_protocol_check()
+    assert error.id == "tracing.E001" and "'grpc'" in error.msg
+    assert not tracing_wanted()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    assert otel_protocol_check() == [] and tracing_wanted()
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert not tracing_wanted()
