@@ -15,6 +15,8 @@ from tracing.admin_cells import job_timeline_cell
 from webhooks.admin import deliveries_cell
 from webhooks.models import Subject
 
+_FIRST = ["id", "user", "feature", "model", "status", "timeline"]
+
 
 @admin.register(LlmJob)
 class LlmJobAdmin(admin.ModelAdmin):
@@ -35,6 +37,13 @@ class LlmJobAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     readonly_fields = [f.name for f in LlmJob._meta.fields] + [
         "timeline",
+        "sent_messages",
+        "webhooks",
+    ]
+    # The timeline under the status, where staff look first; then every column as it is.
+    fields = [
+        *_FIRST,
+        *(f.name for f in LlmJob._meta.fields if f.name not in _FIRST),
         "sent_messages",
         "webhooks",
     ]

@@ -185,3 +185,31 @@ def test_the_admin_index_links_the_cost_report_and_names_every_section(page, liv
     assert headers[0] == "Feature"
     assert "Cost (USD)" in [h.strip() for h in headers]
     assert not [h for h in headers if "_" in h], headers
+
+
+@pytest.mark.usefixtures("prices")
+def test_a_jobs_timeline_reads_whole_at_a_laptops_width(
+    page,
+    live_server,
+    fake_provider,
+    alice_client,  # noqa: F811
+) -> None:
+    from tests.conftest import Workers, submit
+
+    fake_provider.http.post("/_fake/faults", json={"next": ["529", "ok"]})
+    job = submit(alice_client)
+    Workers().drain()
+    get_user_model().objects.create_superuser("root", password="pw-staff")
+    page.set_viewport_size({"width": WIDE, "height": 900})
+    log_in(page, live_server, "root")
+    page.goto(f"{live_server.url}/admin/jobs/llmjob/{job.id}/change/")
+    page.wait_for_selector("table.llmops-timeline")
+    page.locator("table.llmops-timeline").scroll_into_view_if_needed()
+    page.screenshot(path=SCREENSHOTS / "job-timeline.png", full_page=True)
+    rows = page.locator("table.llmops-timeline tbody tr").all_inner_texts()
+    assert len(rows) == 4, rows  # the job, two attempts, the retry's wait
+    assert rows[0].startswith("job email-classify")
+    assert "error.type=overloaded" in rows[1] and "wait retry" in rows[2]
+    assert "provider anthropic" in rows[3] and "$0.0" in rows[3]
+    table = page.locator("table.llmops-timeline").bounding_box()
+    assert table["x"] >= 0 and table["x"] + table["width"] <= WIDE, table
