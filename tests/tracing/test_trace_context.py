@@ -160,3 +160,35 @@ def test_a_protocol_the_exporter_does_not_serve_is_refused_at_start(
     assert otel_protocol_check() == [] and tracing_wanted()
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert not tracing_wanted()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_front_door_batchs_requests_continue_the_trace_of_its_create() -> None:
+    from django.test import Client
+
+    from keys.testing import api_key_for
+    from tests.conftest import make_user
+
+    secret = api_key_for(make_user("dora"))
+    response = Client().post(
+        "/anthropic/v1/messages/batches",
+        {
+            "requests": [
+                {
+                    "custom_id": "one",
+                    "params": {
+                        "model": "claude-haiku-4-5",
+                        "max_tokens": 64,
+                        "messages": [{"role": "user", "content": "Summarise the outage"}],
+                    },
+                }
+            ]
+        },
+        content_type="application/json",
+        HTTP_X_API_KEY=secret,
+        HTTP_TRACEPARENT=TRACEPARENT,
+    )
+    assert response.status_code == 200, response.content
+    (job,) = LlmJob.objects.filter(trace_parent_span_id=CALLER_SPAN)
+    own = parse_traceparent(job.traceparent)
+    assert own is not None and own.trace_id == CALLER_TRACE
