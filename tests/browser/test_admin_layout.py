@@ -189,7 +189,7 @@ def test_the_admin_index_links_the_cost_report_and_names_every_section(page, liv
 
 @pytest.mark.usefixtures("prices")
 def test_a_jobs_timeline_reads_whole_at_a_laptops_width(
-    page,
+    page,  # noqa: F811
     live_server,
     fake_provider,
     alice_client,  # noqa: F811
