@@ -85,6 +85,9 @@ class AgentRun(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    pruned_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its messages and steps' content were emptied."
+    )
     traceparent = models.CharField(
         max_length=55,
         blank=True,

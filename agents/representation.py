@@ -76,6 +76,7 @@ class AgentRunRowSerializer(serializers.ModelSerializer):
             "error",
             "created_at",
             "finished_at",
+            "pruned_at",
         ]
 
     @extend_schema_field(AgentErrorSerializer(allow_null=True))

@@ -15,6 +15,7 @@ from deferred.models import ProviderBatch, ProviderBatchItem
 from deferred.report import DeferredReport, unsent_after_seconds
 from jobs.deadlines import deadline_passed
 from jobs.models import LlmJob
+from jobs.pauses import paused_filter
 from jobs.retry_policy import classify
 from jobs.services import (
     AttemptFailure,
@@ -43,9 +44,12 @@ logger = logging.getLogger(__name__)
 
 
 def _waiting_deferred(now: datetime) -> "Q":
-    return Q(mode=LlmJob.Mode.DEFERRED) & (
+    waiting = Q(mode=LlmJob.Mode.DEFERRED) & (
         Q(status=LlmJob.Status.QUEUED) | Q(status=LlmJob.Status.RETRYING, next_attempt_at__lte=now)
     )
+    # A paused feature's or provider's jobs wait: no batch is sent for them (jobs/pauses.py).
+    paused = paused_filter()
+    return waiting if paused is None else waiting & ~paused
 
 
 def deferred_flush(

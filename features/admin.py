@@ -5,6 +5,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from api.errors import ApplicationError
@@ -55,11 +56,32 @@ class FeaturePolicyAdmin(admin.ModelAdmin):
         "fallback_list",
         "mode",
         "deadline_seconds",
+        "paused",
         "updated_at",
         "updated_by",
     ]
     list_select_related = ["updated_by"]
+    list_filter = ["paused"]
     search_fields = ["feature"]
+    actions = ["pause_features", "resume_features"]
+
+    @admin.action(
+        description="Pause the selected features (their jobs wait, nothing is sent)",
+        permissions=["change"],
+    )
+    def pause_features(self, request: HttpRequest, queryset: QuerySet[FeaturePolicy]) -> None:
+        for policy in queryset:
+            feature_policy_update(feature=policy.feature, paused=True, by=request.user)  # type: ignore[arg-type]
+        self.message_user(request, f"{queryset.count()} paused: their jobs wait.")
+
+    @admin.action(
+        description="Resume the selected features (their waiting jobs run, in order)",
+        permissions=["change"],
+    )
+    def resume_features(self, request: HttpRequest, queryset: QuerySet[FeaturePolicy]) -> None:
+        for policy in queryset:
+            feature_policy_update(feature=policy.feature, paused=False, by=request.user)  # type: ignore[arg-type]
+        self.message_user(request, f"{queryset.count()} resumed: their waiting jobs run.")
 
     @admin.display(description="fallback models")
     def fallback_list(self, policy: FeaturePolicy) -> str:

@@ -16,12 +16,17 @@ from api.errors import ApplicationError, ValidationFailed
 from api.pagination import paginated_response
 from api.schema import error_headers, errors, page_responses
 from features.models import FeaturePolicy
-from features.selectors import feature_policies, feature_policy_for
-from features.services import UNCHANGED, feature_policy_update, validate_feature
+from features.selectors import feature_policies, feature_policy_for, parked_count
+from features.services import (
+    UNCHANGED,
+    feature_policy_update,
+    validate_feature,
+    validate_paused,
+)
 from keys.permissions import HasScope
 from keys.scopes import ADMIN
 
-POLICY_FIELDS = ("fallback_models", "mode", "deadline_seconds")
+POLICY_FIELDS = ("fallback_models", "mode", "deadline_seconds", "paused")
 """What a PUT may set; a field left out keeps its value."""
 
 
@@ -38,6 +43,13 @@ class FeaturePolicyOutputSerializer(serializers.Serializer):
         allow_null=True,
         help_text="The deadline of the feature's jobs that give none, in seconds from submit.",
     )
+    paused = serializers.BooleanField(
+        help_text="True: its jobs are accepted and wait (held_reason feature_paused), nothing "
+        "is sent; resumed, they run in their order."
+    )
+    waiting = serializers.IntegerField(
+        help_text="Its jobs parked while it is paused (queued or retrying, held_reason set)."
+    )
     configured = serializers.BooleanField(
         help_text="False: the feature has no policy yet and shows the defaults."
     )
@@ -52,6 +64,8 @@ def _body(policy: FeaturePolicy | None, feature: str) -> dict[str, Any]:
             "fallback_models": [],
             "mode": "realtime",
             "deadline_seconds": None,
+            "paused": False,
+            "waiting": 0,
             "configured": False,
             "updated_at": None,
             "updated_by": None,
@@ -61,6 +75,8 @@ def _body(policy: FeaturePolicy | None, feature: str) -> dict[str, Any]:
         "fallback_models": list(policy.fallback_models or []),
         "mode": policy.mode,
         "deadline_seconds": policy.deadline_seconds,
+        "paused": policy.paused,
+        "waiting": parked_count(feature=policy.feature) if policy.paused else 0,
         "configured": True,
         "updated_at": policy.updated_at,
         "updated_by": policy.updated_by.get_username() if policy.updated_by else None,
@@ -126,6 +142,10 @@ class FeatureDetailApi(APIView):
             allow_null=True,
             help_text="The deadline of its jobs that give none, in seconds; null removes it.",
         )
+        paused = serializers.BooleanField(
+            required=False,
+            help_text="true: its jobs wait (accepted, nothing sent); false: resumed, they run.",
+        )
 
     @extend_schema(
         operation_id="features_retrieve",
@@ -156,6 +176,7 @@ class FeatureDetailApi(APIView):
                         "invalid_fallback_models",
                         "invalid_mode",
                         "invalid_deadline",
+                        "invalid_paused",
                         "unknown_model",
                         "unknown_field",
                     ],
@@ -206,6 +227,7 @@ class FeatureDetailApi(APIView):
             fallback_models=data.get("fallback_models"),
             mode=data.get("mode"),
             deadline_seconds=data.get("deadline_seconds", UNCHANGED),
+            paused=validate_paused(data["paused"]) if "paused" in data else None,
             by=cast(User, request.user),
         )
         return Response(FeaturePolicyOutputSerializer(_body(policy, policy.feature)).data)

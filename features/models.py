@@ -30,6 +30,11 @@ class FeaturePolicy(models.Model):
         blank=True,
         help_text="The deadline of the feature's jobs that give none, in seconds from submit.",
     )
+    paused = models.BooleanField(
+        default=False,
+        help_text="Its jobs are accepted and wait (queued, held_reason feature_paused): nothing "
+        "is sent and no budget reserved until it is resumed; then they run in their order.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,

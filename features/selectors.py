@@ -3,8 +3,16 @@
 from django.db.models import QuerySet
 
 from features.models import FeaturePolicy
+from jobs.models import LlmJob
+from jobs.pauses import FEATURE_PAUSED
 
-__all__ = ["fallback_models_for", "feature_defaults", "feature_policies", "feature_policy_for"]
+__all__ = [
+    "fallback_models_for",
+    "feature_defaults",
+    "feature_policies",
+    "feature_policy_for",
+    "parked_count",
+]
 
 
 def feature_policy_for(*, feature: str) -> FeaturePolicy | None:
@@ -33,3 +41,10 @@ def feature_defaults(*, feature: str) -> tuple[str, int | None]:
         .first()
     )
     return (row[0], row[1]) if row else ("realtime", None)
+
+
+def parked_count(*, feature: str) -> int:
+    """The feature's jobs parked while it is paused (jobs/pauses.py)."""
+    return LlmJob.objects.filter(
+        feature=feature, held_reason=FEATURE_PAUSED, status__in=LlmJob.WAITING_STATUSES
+    ).count()

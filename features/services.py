@@ -1,5 +1,6 @@
 """Writes of the feature policies: one service, used by the API, the admin and scripts."""
 
+import logging
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -8,9 +9,18 @@ from django.utils.text import slugify
 
 from api.errors import ValidationFailed
 from features.models import FeaturePolicy
+from jobs.pauses import FEATURE_PAUSED
+from jobs.services import jobs_unpark
 from ledger.selectors import price_for_model, unknown_model_error
 
-__all__ = ["MAX_FALLBACK_MODELS", "feature_policy_update", "validate_fallback_models"]
+__all__ = [
+    "MAX_FALLBACK_MODELS",
+    "feature_policy_update",
+    "validate_fallback_models",
+    "validate_paused",
+]
+
+logger = logging.getLogger(__name__)
 
 MAX_FALLBACK_MODELS = 5
 """Each fallback is tried after its predecessor gave up: five deep is already a long detour."""
@@ -101,6 +111,7 @@ def feature_policy_update(
     fallback_models: list[str] | None = None,
     mode: str | None = None,
     deadline_seconds: Any = UNCHANGED,
+    paused: bool | None = None,
     by: User | None = None,
 ) -> FeaturePolicy:
     """Create a feature's policy or change the settings given (None: left as it is). Jobs
@@ -123,6 +134,26 @@ def feature_policy_update(
         policy.mode = mode
     if deadline_seconds is not UNCHANGED:
         policy.deadline_seconds = deadline_seconds
+    resumed = paused is False and policy.paused
+    if paused is not None:
+        if paused and not policy.paused:
+            logger.warning("feature %s paused by %s: its jobs wait", feature, by or "a command")
+        policy.paused = paused
     policy.updated_by = by
     policy.save()
+    if resumed:
+        logger.warning("feature %s resumed by %s", feature, by or "a command")
+        # After the commit (and after the configuration's new token: every worker sees it
+        # resumed), its parked jobs go back on the queue in submit order.
+        transaction.on_commit(
+            lambda: jobs_unpark(reason=FEATURE_PAUSED, features={feature}), robust=True
+        )
     return policy
+
+
+def validate_paused(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationFailed(
+            "paused must be true or false.", code="invalid_paused", detail={"field": "paused"}
+        )
+    return value

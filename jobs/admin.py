@@ -57,6 +57,8 @@ class LlmJobAdmin(admin.ModelAdmin):
     @admin.display(description="messages sent")
     def sent_messages(self, job: LlmJob) -> str:
         """An agent turn's transcript, rebuilt from its run (its row stores only messages_ref)."""
+        if job.pruned_at is not None:
+            return f"(pruned at {job.pruned_at:%Y-%m-%d %H:%M} UTC)"
         if job.messages_ref is None:
             return "(the messages above)"
         return json.dumps(job.request_messages, indent=1, ensure_ascii=False)

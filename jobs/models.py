@@ -210,6 +210,18 @@ class LlmJob(models.Model):
     error_http_status = models.PositiveSmallIntegerField(null=True, blank=True)
     error_message = models.TextField(blank=True)
     error_severity = models.CharField(max_length=10, blank=True)
+    held_reason = models.CharField(
+        max_length=40,
+        blank=True,
+        help_text="Why a waiting job is parked with no RQ job: feature_paused, provider_paused. "
+        "Resuming the feature or provider enqueues it again, in submit order.",
+    )
+    pruned_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When its prompt, output and vectors were emptied (retention/; the row and its "
+        "cost stay).",
+    )
     traceparent = models.CharField(
         max_length=55,
         blank=True,

@@ -191,6 +191,8 @@ def requeue_waiting_jobs(
         | Q(status=LlmJob.Status.RETRYING, next_attempt_at__lt=max(cutoff, overdue_cutoff))
         | Q(status=LlmJob.Status.RETRYING, error_code=WORKER_LOST, next_attempt_at__lt=now)
     ).exclude(mode=LlmJob.Mode.DEFERRED)  # waiting for the deferred loop, not for the queue
+    # Parked by a paused feature or provider: no RQ job on purpose (jobs/pauses.py).
+    waiting = waiting.filter(held_reason="")
     held = breakers_held()
     if not held:
         _requeue(queue, waiting, report, now=now, overdue_cutoff=overdue_cutoff, limit=None)

@@ -26,6 +26,10 @@ class JobOutputSerializer(serializers.ModelSerializer):
         help_text="The model that answered: ``model``, or a fallback of the feature's policy "
         "(null until the job completes)."
     )
+    held_reason = serializers.SerializerMethodField(
+        help_text="Why a waiting job waits with nothing sent: feature_paused or provider_paused "
+        "(null otherwise)."
+    )
 
     class Meta:
         model = LlmJob
@@ -51,6 +55,8 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "usage",
             "cost_usd",
             "error",
+            "held_reason",
+            "pruned_at",
         ]
 
     @extend_schema_field(serializers.CharField(allow_null=True))
@@ -58,6 +64,11 @@ class JobOutputSerializer(serializers.ModelSerializer):
         if job.provider_batch_id is None:
             return None
         return job.provider_batch.provider_batch_id if job.provider_batch else None
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_held_reason(self, job: LlmJob) -> str | None:
+        """Why a waiting job is parked (feature_paused, provider_paused); null otherwise."""
+        return job.held_reason or None
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_served_by(self, job: LlmJob) -> str | None:

@@ -27,6 +27,7 @@ from jobs.heartbeat import Heartbeat
 from jobs.leases import lock_ttl
 from jobs.live_output import LiveOutput, live_keys_clear
 from jobs.models import LlmJob
+from jobs.pauses import pause_reason
 from jobs.retry_policy import classify
 from jobs.selectors import job_for_run
 from jobs.services import (
@@ -41,6 +42,7 @@ from jobs.services import (
     job_deadline_exceeded,
     job_fall_back,
     job_hold,
+    job_park,
 )
 from jobs.timeouts import job_timeout_for
 from ledger.budgets import BudgetRefusal, budget_release, budget_reserve
@@ -119,6 +121,11 @@ def _job_run(*, job_id: str, rq_job_id: str | None) -> str:
             ended = job_deadline_exceeded(job_id=waiting.id, rq_job_id=rq_job_id)
             logger.info("job %s: not started by its deadline, ended failed", job_id)
             return "deadline_exceeded" if ended is not None else "skipped"
+        # A paused feature or provider: the job waits, parked, with nothing sent or reserved.
+        paused = pause_reason(waiting)
+        if paused is not None:
+            job_park(job_id=waiting.id, rq_job_id=rq_job_id, reason=paused)
+            return "paused"
         # Each provider has its own breaker: an open one holds only its own provider's jobs.
         provider_name = provider_name_for_model(model=waiting.run_model)
         gate = breaker_gate(provider=provider_name)

@@ -1,6 +1,6 @@
-"""The price table, the providers and the budgets, kept in each process and read again only
-when one of them changes: every submit and every attempt asked the database for both (a submit
-twice, an attempt four times), though they change a few times a month.
+"""The price table, the providers, the budgets and the paused features, kept in each process and
+read again only when one of them changes: every submit and every attempt asked the database for
+both (a submit twice, an attempt four times), though they change a few times a month.
 
 How a process knows its copy is current: a token in Redis (``config_token_key()``), which every
 save or delete of a ``ModelPrice`` or a ``Budget`` replaces once its transaction commits. Each
@@ -32,6 +32,7 @@ from django.db import connection, transaction
 from django.db.models.signals import post_delete, post_save
 from redis.exceptions import RedisError
 
+from features.models import FeaturePolicy
 from keys.models import ApiKey
 from keys.selectors import api_key_ancestor_ids
 from ledger.models import Budget, ModelPrice
@@ -66,6 +67,8 @@ class Snapshot:
     disabled budget still counts spend (ledger/budgets.py ``budget_settle``)."""
     key_parents: dict[int, int] = field(default_factory=dict)
     """The key that minted each key minted by a key: its budget holds the minted key too."""
+    paused_features: frozenset[str] = frozenset()
+    """The features whose policy is paused (their jobs wait: jobs/pauses.py)."""
 
     def price_at(self, model: str, at: datetime) -> ModelPrice | None:
         for price in self.prices.get(model, ()):
@@ -177,6 +180,9 @@ def _load(token: str) -> Snapshot:
         key_parents=dict(ApiKey.objects.filter(parent__isnull=False).values_list("id", "parent_id"))
         if by_key
         else {},
+        paused_features=frozenset(
+            FeaturePolicy.objects.filter(paused=True).values_list("feature", flat=True)
+        ),
     )
 
 
@@ -189,7 +195,7 @@ def _on_key_minted(*, instance: ApiKey, created: bool, **kwargs: object) -> None
         config_changed()
 
 
-for _model in (ModelPrice, Budget, Provider):
+for _model in (ModelPrice, Budget, Provider, FeaturePolicy):
     post_save.connect(_on_change, sender=_model, dispatch_uid=f"config_cache_{_model.__name__}")
     post_delete.connect(_on_change, sender=_model, dispatch_uid=f"config_cache_d{_model.__name__}")
 post_save.connect(_on_key_minted, sender=ApiKey, dispatch_uid="config_cache_key_minted")

@@ -14,6 +14,7 @@ from keys.hashing import derived_hash_secret
 from llmops.env import DEVELOPMENT_SECRET_KEY, env
 from llmops.queues import AGENTS_QUEUE, ALERTS_QUEUE, DEFAULT_QUEUE, KEY_PREFIX, LLM_QUEUE
 from ratelimits.defaults import *  # noqa: F403
+from retention.defaults import *  # noqa: F403
 from tracing.defaults import *  # noqa: F403
 from webhooks.defaults import *  # noqa: F403
 
@@ -82,6 +83,7 @@ INSTALLED_APPS = [
     "webhooks",  # signed POSTs of final states to callback URLs: jobs, agent runs, batches
     "gateway",  # the front doors: the Anthropic and OpenAI APIs at /anthropic and /openai/v1
     "tracing",  # OpenTelemetry spans of jobs, attempts, runs and tools; the admin timelines
+    "retention",  # llm_prune: old jobs' and runs' content emptied, rows and money kept
 ]
 
 MIDDLEWARE = [

@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 import django_rq
+from django.db.models import Count
 from django.utils import timezone
 from django_rq.contrib.prometheus import RQCollector
 from prometheus_client import REGISTRY, CollectorRegistry, multiprocess
@@ -168,8 +169,11 @@ def _le(bound: float) -> str:
 
 
 def _database_gauges() -> Iterator[Metric]:
-    from jobs.models import ProviderBreaker
+    from features.models import FeaturePolicy
+    from jobs.models import LlmJob, ProviderBreaker
+    from jobs.pauses import FEATURE_PAUSED, PROVIDER_PAUSED
     from ledger.budgets import budgets_used_ratio
+    from providers.models import Provider
 
     ratios = GaugeMetricFamily(
         "llm_budget_used_ratio",
@@ -186,6 +190,32 @@ def _database_gauges() -> Iterator[Metric]:
     for provider, state in ProviderBreaker.objects.values_list("provider", "state"):
         breaker.add_metric([provider], 1 if state == ProviderBreaker.State.OPEN else 0)
     yield breaker
+
+    paused = GaugeMetricFamily(
+        "llm_paused",
+        "1 for each paused feature or provider (its jobs wait; jobs/pauses.py).",
+        labels=["kind", "name"],
+    )
+    for feature in FeaturePolicy.objects.filter(paused=True).values_list("feature", flat=True):
+        paused.add_metric(["feature", feature], 1)
+    for name in Provider.objects.filter(paused=True).values_list("name", flat=True):
+        paused.add_metric(["provider", name], 1)
+    yield paused
+    held = GaugeMetricFamily(
+        "llm_jobs_held",
+        "Jobs parked by a paused feature or provider, by reason.",
+        labels=["reason"],
+    )
+    counts = dict(
+        LlmJob.objects.filter(status__in=LlmJob.WAITING_STATUSES)
+        .exclude(held_reason="")
+        .values_list("held_reason")
+        .annotate(count=Count("id"))
+        .values_list("held_reason", "count")
+    )
+    for reason in (FEATURE_PAUSED, PROVIDER_PAUSED):
+        held.add_metric([reason], counts.get(reason, 0))
+    yield held
 
 
 def _redis_gauges() -> Iterator[Metric]:

@@ -47,6 +47,9 @@ class Pipeline(models.Model):
     )
     tags = models.JSONField(default=list, blank=True, help_text="Slugs, on every step's job.")
     created_at = models.DateTimeField(auto_now_add=True)
+    pruned_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its steps' requests were emptied (retention/)."
+    )
     finished_at = models.DateTimeField(
         null=True, blank=True, help_text="When it completed, failed or was cancelled."
     )

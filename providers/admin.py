@@ -2,11 +2,12 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from api.errors import ValidationFailed
 from providers.models import Provider
-from providers.services import provider_check
+from providers.services import provider_check, provider_pause
 
 ENDPOINT_PERMISSION = "providers.change_provider_endpoint"
 
@@ -32,8 +33,27 @@ class ProviderForm(forms.ModelForm):
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
     form = ProviderForm
-    list_display = ["name", "kind", "base_url", "api_key_env", "enabled", "updated_at"]
-    list_filter = ["kind", "enabled"]
+    list_display = ["name", "kind", "base_url", "api_key_env", "enabled", "paused", "updated_at"]
+    list_filter = ["kind", "enabled", "paused"]
+    actions = ["pause_providers", "resume_providers"]
+
+    @admin.action(
+        description="Pause the selected providers (their jobs wait, nothing is sent)",
+        permissions=["change"],
+    )
+    def pause_providers(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
+        for provider in queryset:
+            provider_pause(name=provider.name, paused=True, by=request.user)
+        self.message_user(request, f"{queryset.count()} paused: their jobs wait.")
+
+    @admin.action(
+        description="Resume the selected providers (their waiting jobs run, in order)",
+        permissions=["change"],
+    )
+    def resume_providers(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
+        for provider in queryset:
+            provider_pause(name=provider.name, paused=False, by=request.user)
+        self.message_user(request, f"{queryset.count()} resumed: their waiting jobs run.")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # Breakers, rate limits, prices and the ledger name a provider: it keeps its name.

@@ -54,6 +54,11 @@ class Provider(models.Model):
         default=True,
         help_text="Off: submits for its models are refused; jobs already queued still run.",
     )
+    paused = models.BooleanField(
+        default=False,
+        help_text="Its models' jobs are accepted and wait (queued, held_reason provider_paused): "
+        "nothing is sent to it until it is resumed; then they run in their order.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

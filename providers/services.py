@@ -1,15 +1,21 @@
 """Writes of the provider rows: ``manage.py llm_provider`` and the admin save through here."""
 
+import logging
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from api.errors import ValidationFailed
+from jobs.pauses import PROVIDER_PAUSED
+from jobs.services import jobs_unpark
 from providers.key_envs import key_env_problem
 from providers.models import Provider
+from providers.selectors import provider_models
 
-__all__ = ["provider_save"]
+__all__ = ["provider_pause", "provider_save"]
+
+logger = logging.getLogger(__name__)
 
 
 @transaction.atomic
@@ -33,6 +39,30 @@ def provider_save(
     provider_check(provider)
     provider.save()
     return provider, created
+
+
+@transaction.atomic
+def provider_pause(*, name: str, paused: bool, by: object = None) -> Provider:
+    """Pause a provider (its models' jobs are accepted and wait, nothing is sent to it) or
+    resume it (its parked jobs go back on the queue in submit order, after the commit)."""
+    provider = Provider.objects.select_for_update().filter(name=name).first()
+    if provider is None:
+        raise ValidationFailed(
+            f"No provider named {name!r}.", code="unknown_provider", detail={"provider": name}
+        )
+    if provider.paused == paused:
+        return provider
+    provider.paused = paused
+    provider.save(update_fields=["paused", "updated_at"])
+    logger.warning(
+        "provider %s %s by %s", name, "paused" if paused else "resumed", by or "a command"
+    )
+    if not paused:
+        transaction.on_commit(
+            lambda: jobs_unpark(reason=PROVIDER_PAUSED, models=provider_models(names={name})),
+            robust=True,
+        )
+    return provider
 
 
 def provider_check(provider: Provider) -> None:

@@ -117,7 +117,7 @@ def _pipeline(world: World) -> Pipeline:
     return pipeline_create(user=world.users["owner"], data={"steps": [_STEP]})  # type: ignore[arg-type]
 
 
-def _state(model: Any, state: str, field: str = "state") -> Callable[[World, Any], bool]:
+def _state(model: Any, state: Any, field: str = "state") -> Callable[[World, Any], bool]:
     return lambda world, target: getattr(model.objects.get(pk=target.pk), field) == state
 
 
@@ -160,6 +160,26 @@ ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
         _new_bulk_requeue,
     ),
     ("jobs.ProviderBreaker", "close_breaker"): (_open_breaker, _state(ProviderBreaker, "closed")),
+    ("features.FeaturePolicy", "pause_features"): (
+        lambda world: FeaturePolicy.objects.create(feature=_name()),
+        _state(FeaturePolicy, True, "paused"),
+    ),
+    ("features.FeaturePolicy", "resume_features"): (
+        lambda world: FeaturePolicy.objects.create(feature=_name(), paused=True),
+        _state(FeaturePolicy, False, "paused"),
+    ),
+    ("providers.Provider", "pause_providers"): (
+        lambda world: Provider.objects.create(
+            name=_name(), kind="openai", base_url="http://127.0.0.1:9/v1"
+        ),
+        _state(Provider, True, "paused"),
+    ),
+    ("providers.Provider", "resume_providers"): (
+        lambda world: Provider.objects.create(
+            name=_name(), kind="openai", base_url="http://127.0.0.1:9/v1", paused=True
+        ),
+        _state(Provider, False, "paused"),
+    ),
     ("batches.Batch", "cancel_batches"): (_batch, _state(Batch, "cancelled", "status")),
     ("webhooks.WebhookDelivery", "deliver_again"): (
         lambda world: webhook_delivery_for(world.objects["failed"]),

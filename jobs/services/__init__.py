@@ -20,6 +20,8 @@ from ``jobs.services``).
     running (batch)  -> cancelled                    job_cancel (at once: no stream to close)
     (moved on)       -> a superseded batch row       job_batch_superseded (ledger only)
     queued|retrying  -> (deferred to real time)      job_undefer (its deadline is too near)
+    queued|retrying  -> (parked, no RQ job)          job_park (its feature or provider paused)
+    (parked)         -> (put on the queue again)     jobs_unpark (resumed; in submit order)
 
 Each transition is one transaction that writes only the fields it changes, books the attempt in
 the ledger (``ledger/services.py``) when it ends one, and ends in ``transition_committed``: the
@@ -28,7 +30,8 @@ only holds the lock, beats the heartbeat and makes the call.
 
 The modules, by family: ``submit`` (submit, enqueue), ``attempts`` (claim and the end of an
 attempt), ``holds`` (retry, hold, fall back, dead-letter, requeue), ``cancel``, ``deferred``
-(provider batches), ``recovery`` (a lost worker, a lost RQ job) and ``outcomes`` (what an
+(provider batches), ``parking`` (paused features and providers), ``recovery`` (a lost worker,
+a lost RQ job) and ``outcomes`` (what an
 attempt's end carries).
 """
 
@@ -48,6 +51,7 @@ from jobs.services.holds import (
     job_requeue,
 )
 from jobs.services.outcomes import AttemptFailure, CancelledResult, SuccessResult
+from jobs.services.parking import job_park, jobs_unpark
 from jobs.services.recovery import job_enqueue_again, job_recover
 from jobs.services.submit import job_build, job_enqueue, job_rq_options, job_submit
 
@@ -70,10 +74,12 @@ __all__ = [
     "job_enqueue_again",
     "job_fall_back",
     "job_hold",
+    "job_park",
     "job_recover",
     "job_requeue",
     "job_rq_options",
     "job_run_in_real_time",
     "job_undefer",
     "job_submit",
+    "jobs_unpark",
 ]

@@ -11,6 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from api.errors import Conflict
 from jobs import breaker
 from jobs.admission import check_against_price_table
 from jobs.dead_letter import DeadLetter, dead_letter_attach
@@ -253,6 +254,13 @@ def job_requeue(*, job: LlmJob, model: str | None = None) -> bool:
     Idempotent: only a failed job moves, so requeuing twice runs it once. Returns whether this
     call moved it. Redis being down does not fail it (see ``job_enqueue``).
     """
+    if job.pruned_at is not None:
+        raise Conflict(
+            "This job's prompt was pruned (llm_prune, LLM_RETENTION_DAYS): it cannot run again. "
+            "Submit it anew.",
+            code="job_pruned",
+            detail={"job_id": str(job.id), "pruned_at": job.pruned_at.isoformat()},
+        )
     changes: dict[str, Any] = {}
     if model is not None and model != job.model:
         check_against_price_table(model=model, max_tokens=job.max_tokens)

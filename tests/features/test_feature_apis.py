@@ -39,6 +39,8 @@ def test_it_shows_the_defaults_of_a_feature_without_a_policy(editor):
         "fallback_models": [],
         "mode": "realtime",
         "deadline_seconds": None,
+        "paused": False,
+        "waiting": 0,
         "configured": False,
         "updated_at": None,
         "updated_by": None,

@@ -6,6 +6,7 @@ from loops.command import LoopCommand
 from loops.deadline_health import deadline_attainment_check
 from loops.queue_health import queue_health_check
 from loops.retry_health import retry_overdue_check
+from retention.services import prune_daily
 from webhooks.services import webhooks_resume
 
 
@@ -17,7 +18,7 @@ class Command(LoopCommand):
         "attainment over the last hour (LLM_DEADLINE_ALERT_RATIO); re-enqueue the alerts of "
         "failures and the alert deliveries Redis lost; resolve failure alerts whose DLQ "
         "records are all handled; resume bulk requeues, batch cancels and webhook deliveries "
-        "Redis lost. Once, "
+        "Redis lost; once a day with LLM_RETENTION_DAYS, prune old jobs' and runs' content. Once, "
         "or --loop, "
         "surviving Redis and database errors."
     )
@@ -34,7 +35,10 @@ class Command(LoopCommand):
         bulk = bulk_requeues_resume()
         batch_cancels = batch_cancels_resume()
         webhooks = webhooks_resume()
+        pruned = prune_daily()
         lines = []
+        if pruned is not None:
+            lines.append(f"monitor: retention (LLM_RETENTION_DAYS): {pruned}")
         if bulk:
             lines.append(f"monitor: resumed {bulk} bulk requeues lost from Redis")
         if batch_cancels:

@@ -1,5 +1,6 @@
-"""``manage.py llm_provider add NAME --kind openai --base-url URL [--api-key-env VAR]`` and
-``manage.py llm_provider list``: the providers the job path may call."""
+"""``manage.py llm_provider add NAME --kind openai --base-url URL [--api-key-env VAR]``,
+``manage.py llm_provider list`` and ``manage.py llm_provider pause|resume NAME``: the providers
+the job path may call."""
 
 from typing import Any
 
@@ -7,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from api.errors import ApplicationError
 from providers.models import Provider
-from providers.services import provider_save
+from providers.services import provider_pause, provider_save
 
 
 class Command(BaseCommand):
@@ -32,10 +33,26 @@ class Command(BaseCommand):
         )
         add.add_argument("--disabled", action="store_true", help="Refuse submits for its models.")
         actions.add_parser("list", help="List the providers.")
+        for verb, what in (
+            ("pause", "Its models' jobs wait (accepted, nothing sent) until it is resumed."),
+            ("resume", "Its waiting jobs run again, in the order they were submitted."),
+        ):
+            action = actions.add_parser(verb, help=what)
+            action.add_argument("name", metavar="NAME")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["action"] == "list":
             return self._list()
+        if options["action"] in ("pause", "resume"):
+            try:
+                provider = provider_pause(
+                    name=options["name"], paused=options["action"] == "pause", by="llm_provider"
+                )
+            except ApplicationError as exc:
+                raise CommandError(exc.message) from exc
+            state = "paused: its jobs wait" if provider.paused else "resumed: its jobs run"
+            self.stdout.write(f"provider {provider.name} {state}")
+            return None
         try:
             provider, created = provider_save(
                 name=options["name"],
@@ -49,7 +66,7 @@ class Command(BaseCommand):
         self.stdout.write(f"{'added' if created else 'updated'} provider {provider.name}")
 
     def _list(self) -> None:
-        rows = [("NAME", "KIND", "BASE URL", "KEY FROM", "ENABLED")]
+        rows = [("NAME", "KIND", "BASE URL", "KEY FROM", "ENABLED", "PAUSED")]
         for p in Provider.objects.order_by("name"):
             rows.append(
                 (
@@ -58,6 +75,7 @@ class Command(BaseCommand):
                     p.base_url or "(ANTHROPIC_BASE_URL)",
                     p.api_key_env or "-",
                     "yes" if p.enabled else "no",
+                    "yes" if p.paused else "no",
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
