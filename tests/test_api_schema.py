@@ -240,6 +240,7 @@ def api_schema(
 schema = schemathesis.pytest.from_fixture("api_schema")
 
 
+@pytest.mark.slow  # every operation fuzzed: two minutes, started first (tests/parallel.py)
 @schema.parametrize()
 def test_it_answers_every_operation_as_documented(case: Any) -> None:
     case.call_and_validate()

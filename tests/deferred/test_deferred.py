@@ -52,6 +52,7 @@ def _bill(fake_provider: Any) -> dict[str, Any]:
     return dict(fake_provider.stats()["billed"])
 
 
+@pytest.mark.slow  # 2,000 jobs: three minutes of a worker, started first (tests/parallel.py)
 def test_deferred_jobs_complete_through_provider_batches_at_half_price(
     alice_client, workers, fake_provider, deferred_settings
 ):
