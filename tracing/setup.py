@@ -173,10 +173,15 @@ def _configure() -> None:
 
 
 def _shutdown(processor: BatchSpanProcessor) -> None:
+    batch = processor._batch_processor
     try:
-        processor._batch_processor.shutdown(timeout_millis=SHUTDOWN_MILLIS)
+        batch.shutdown(timeout_millis=SHUTDOWN_MILLIS)
     except Exception:
         pass
+    # What the exit's two seconds could not send (the collector away) is lost: counted so.
+    left = len(getattr(batch, "_queue", ()))
+    if left:
+        _count("dropped", left)
 
 
 def tracer() -> trace.Tracer | None:
