@@ -4,6 +4,7 @@ reads, never answers: a cut-off host), each in its own round.
 
     make bench-tracing                          # 300 jobs a round, 1 worker
     BENCH_TRACING_JOBS=1000 make bench-tracing
+    BENCH_TRACING_ORDER=on-collector-hangs,on-collector-up,off make bench-tracing
 
 Uses its own MariaDB database (BENCH_TRACING_DATABASE_URL, default
 mysql://root@127.0.0.1:3306/llmops_bench_tracing, recreated) and Redis index 11
@@ -119,6 +120,12 @@ def main() -> None:
                         hanging,
                     ),
                 ]
+                # BENCH_TRACING_ORDER=on-collector-hangs,off,... runs the rounds in that order:
+                # each round's jobs add rows, so a later round works on a larger table.
+                order = os.environ.get("BENCH_TRACING_ORDER", "")
+                if order:
+                    by_name = {round_[0]: round_ for round_ in rounds}
+                    rounds = [by_name[name] for name in order.split(",")]
                 for name, otel, collector in rounds:
                     figures = run_round(stack, name, otel)
                     got = "" if collector is None else f", collector got {len(collector.spans)}"
