@@ -9,10 +9,7 @@ only appends it to the batch processor's queue (tracing/setup.py).
 
 import logging
 from datetime import datetime
-
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from typing import TYPE_CHECKING, Any
 
 from agents.models import AgentRun
 from jobs.models import LlmJob
@@ -28,9 +25,10 @@ from tracing.timeline import (
 
 __all__ = ["export_job_trace", "export_run_trace"]
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from opentelemetry import trace
 
-_KINDS = {"attempt": SpanKind.CLIENT, "tool": SpanKind.INTERNAL, "wait": SpanKind.INTERNAL}
+logger = logging.getLogger(__name__)
 
 
 def _ns(moment: datetime) -> int:
@@ -64,8 +62,14 @@ def export_run_trace(run: AgentRun) -> None:
 
 
 def _emit(
-    active: trace.Tracer, entries: list[Entry], own: TraceParent, caller_span_id: str
+    active: "trace.Tracer", entries: list[Entry], own: TraceParent, caller_span_id: str
 ) -> None:
+    # Imported here: a process with tracing off never loads OpenTelemetry (tracing/setup.py).
+    from opentelemetry import trace
+    from opentelemetry.context import Context
+    from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+
+    kinds = {"attempt": SpanKind.CLIENT, "tool": SpanKind.INTERNAL, "wait": SpanKind.INTERNAL}
     life, *children = entries
     if life.end is None:
         return
@@ -87,7 +91,7 @@ def _emit(
             span = active.start_span(
                 entry.name,
                 inside,
-                kind=_KINDS.get(entry.kind, SpanKind.INTERNAL),
+                kind=kinds.get(entry.kind, SpanKind.INTERNAL),
                 start_time=_ns(entry.start),
             )
         _describe(span, entry)
@@ -95,7 +99,9 @@ def _emit(
     root.end(end_time=_ns(max(life.end, life.start)))
 
 
-def _describe(span: trace.Span, entry: Entry) -> None:
+def _describe(span: Any, entry: Entry) -> None:
+    from opentelemetry.trace import Status, StatusCode
+
     span.set_attributes(entry.attributes)
     for name, moment, attributes in entry.events:
         span.add_event(name, attributes, timestamp=_ns(moment))

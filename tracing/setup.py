@@ -18,16 +18,13 @@ import atexit
 import logging
 import os
 import threading
-from collections.abc import Sequence
-from typing import Any
-
-from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from typing import TYPE_CHECKING, Any
 
 from llmops.queues import LLM_QUEUE
+
+if TYPE_CHECKING:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 __all__ = [
     "SPAN_COUNTS_KEY",
@@ -76,63 +73,6 @@ def tracing_wanted() -> bool:
     return bool(endpoint) and tracing_configuration_error() is None
 
 
-class _PresetIdGenerator(IdGenerator):
-    """Random ids, except the next span's when ``preset_ids`` fixed them: a job's span and its
-    attempts' carry the ids their rows and log lines already name (tracing/context.py)."""
-
-    def __init__(self) -> None:
-        self._random = RandomIdGenerator()
-        self._local = threading.local()
-
-    def generate_span_id(self) -> int:
-        preset = getattr(self._local, "span_id", None)
-        if preset is not None:
-            self._local.span_id = None
-            return int(preset)
-        return self._random.generate_span_id()
-
-    def generate_trace_id(self) -> int:
-        preset = getattr(self._local, "trace_id", None)
-        if preset is not None:
-            self._local.trace_id = None
-            return int(preset)
-        return self._random.generate_trace_id()
-
-
-class _CountingExporter(SpanExporter):
-    """The OTLP exporter, counting in Redis what it exported and what failed."""
-
-    def __init__(self, exporter: SpanExporter) -> None:
-        self._exporter = exporter
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        try:
-            result = self._exporter.export(spans)
-        except Exception:
-            logger.warning("traces: the exporter failed; %d spans lost", len(spans))
-            result = SpanExportResult.FAILURE
-        _count("exported" if result == SpanExportResult.SUCCESS else "failed", len(spans))
-        return result
-
-    def shutdown(self) -> None:
-        self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._exporter.force_flush(timeout_millis)
-
-
-class _DroppingBatchProcessor(BatchSpanProcessor):
-    """The SDK's batch processor, counting the spans a full queue drops."""
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if span.context is not None and span.context.trace_flags.sampled:
-            batch = getattr(self, "_batch_processor", None)
-            queue = getattr(batch, "_queue", None)
-            if queue is not None and len(queue) >= batch._max_queue_size:  # type: ignore[union-attr]
-                _count("dropped", 1)
-        super().on_end(span)
-
-
 def _count(outcome: str, spans: int) -> None:
     try:
         from runtime.redis_clients import queue_connection
@@ -160,19 +100,26 @@ _state: dict[str, Any] = {"configured": False, "tracer": None, "ids": None, "pid
 
 
 def _configure() -> None:
+    # The SDK is loaded here only: a process with tracing off never imports it.
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
 
-    ids = _PresetIdGenerator()
+    from tracing.sdk import CountingExporter, DroppingBatchProcessor, PresetIdGenerator
+
+    ids = PresetIdGenerator()
     # The SDK reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the name defaults to ours.
     resource = Resource.create({} if _env("OTEL_SERVICE_NAME") else {"service.name": "llmops"})
     provider = TracerProvider(resource=resource, id_generator=ids, shutdown_on_exit=False)
-    processor = _DroppingBatchProcessor(_CountingExporter(OTLPSpanExporter()))
+    processor = DroppingBatchProcessor(
+        CountingExporter(OTLPSpanExporter(), count=_count), count=_count
+    )
     provider.add_span_processor(processor)
     atexit.register(_shutdown, processor)
     _state.update(tracer=provider.get_tracer("llmops"), ids=ids, pid=os.getpid(), provider=provider)
 
 
-def _shutdown(processor: BatchSpanProcessor) -> None:
+def _shutdown(processor: "BatchSpanProcessor") -> None:
     batch = processor._batch_processor
     try:
         batch.shutdown(timeout_millis=SHUTDOWN_MILLIS)
@@ -184,7 +131,7 @@ def _shutdown(processor: BatchSpanProcessor) -> None:
         _count("dropped", left)
 
 
-def tracer() -> trace.Tracer | None:
+def tracer() -> "trace.Tracer | None":
     """The tracer, or None when tracing is off (the caller then does nothing at all)."""
     if not _state["configured"]:
         with _lock:
