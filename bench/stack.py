@@ -10,8 +10,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -22,6 +24,7 @@ PROCFILE = ROOT / "Procfile"
 __all__ = [
     "ROOT",
     "Stack",
+    "django_bench",
     "free_port",
     "machine",
     "procfile_command",
@@ -141,3 +144,23 @@ class Stack:
             except subprocess.TimeoutExpired:
                 process.kill()
         self.processes.clear()
+
+
+@contextmanager
+def django_bench(env: dict[str, str], *, prefix: str, latency_ms: int = 0) -> Iterator[Stack]:
+    """A benchmark's own database (recreated and migrated), the fake provider at ``latency_ms``,
+    and Django set up in this process on both; every process it started is stopped at the end."""
+    recreate_database(env["DATABASE_URL"])
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+    with tempfile.TemporaryDirectory(prefix=prefix) as logs:
+        stack = Stack(env, Path(logs))
+        try:
+            provider = stack.fake_provider(latency_ms=latency_ms)
+            env["ANTHROPIC_BASE_URL"] = stack.env["ANTHROPIC_BASE_URL"] = provider
+            os.environ.update(env)
+            import django
+
+            django.setup()
+            yield stack
+        finally:
+            stack.stop()

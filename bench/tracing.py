@@ -19,7 +19,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.stack import Stack, machine, procfile_command, recreate_database  # noqa: E402
+from bench.stack import Stack, django_bench, machine, procfile_command  # noqa: E402
 
 JOBS = int(os.environ.get("BENCH_TRACING_JOBS", "300"))
 DATABASE_URL = os.environ.get(
@@ -92,53 +91,36 @@ def main() -> None:
     }
     for name in [name for name in env if name.startswith("OTEL_")]:
         del env[name]
-    recreate_database(DATABASE_URL)
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    with tempfile.TemporaryDirectory(prefix="bench-tracing-") as logs:
-        stack = Stack(env, Path(logs))
-        try:
-            provider = stack.fake_provider(latency_ms=0)
-            env["ANTHROPIC_BASE_URL"] = stack.env["ANTHROPIC_BASE_URL"] = provider
-            os.environ.update(env)
-            import django
+    with django_bench(env, prefix="bench-tracing-") as stack:
+        import django_rq
 
-            django.setup()
-            import django_rq
-
-            django_rq.get_connection("llm").flushdb()
-            print(
-                f"{machine()}; 1 x `{' '.join(procfile_command('worker_llm', respawn=False))} "
-                f"--burst`; {JOBS} jobs a round; fake provider at 0 ms"
-            )
-            with OtlpReceiver() as answering, OtlpReceiver(frozen=True) as hanging:
-                rounds = [
-                    ("off", {}, None),
-                    ("on-collector-up", {"OTEL_EXPORTER_OTLP_ENDPOINT": answering.url}, answering),
-                    (
-                        "on-collector-hangs",
-                        {"OTEL_EXPORTER_OTLP_ENDPOINT": hanging.url},
-                        hanging,
-                    ),
-                ]
-                # BENCH_TRACING_ORDER=on-collector-hangs,off,... runs the rounds in that order:
-                # each round's jobs add rows, so a later round works on a larger table.
-                order = os.environ.get("BENCH_TRACING_ORDER", "")
-                if order:
-                    by_name = {round_[0]: round_ for round_ in rounds}
-                    rounds = [by_name[name] for name in order.split(",")]
-                for name, otel, collector in rounds:
-                    figures = run_round(stack, name, otel)
-                    got = "" if collector is None else f", collector got {len(collector.spans)}"
-                    print(
-                        f"{name:>20}: {figures['completed']}/{JOBS} completed, claim to complete "
-                        f"p50 {figures['p50']:.1f} ms, p95 {figures['p95']:.1f} ms, "
-                        f"{figures['rate']:.1f} jobs/s (worker's wall {figures['wall']:.1f} s); "
-                        f"spans so far: exported {figures['spans_exported']}, failed "
-                        f"{figures['spans_failed']}, dropped {figures['spans_dropped']}"
-                        f"{got}"
-                    )
-        finally:
-            stack.stop()
+        django_rq.get_connection("llm").flushdb()
+        print(
+            f"{machine()}; 1 x `{' '.join(procfile_command('worker_llm', respawn=False))} "
+            f"--burst`; {JOBS} jobs a round; fake provider at 0 ms"
+        )
+        with OtlpReceiver() as answering, OtlpReceiver(frozen=True) as hanging:
+            rounds = [
+                ("off", {}, None),
+                ("on-collector-up", {"OTEL_EXPORTER_OTLP_ENDPOINT": answering.url}, answering),
+                ("on-collector-hangs", {"OTEL_EXPORTER_OTLP_ENDPOINT": hanging.url}, hanging),
+            ]
+            # BENCH_TRACING_ORDER=on-collector-hangs,off,... runs the rounds in that order: each
+            # round's jobs add rows, so a later round works on a larger table.
+            order = os.environ.get("BENCH_TRACING_ORDER", "")
+            if order:
+                by_name = {round_[0]: round_ for round_ in rounds}
+                rounds = [by_name[name] for name in order.split(",")]
+            for name, otel, collector in rounds:
+                figures = run_round(stack, name, otel)
+                got = "" if collector is None else f", collector got {len(collector.spans)}"
+                print(
+                    f"{name:>20}: {figures['completed']}/{JOBS} completed, claim to complete "
+                    f"p50 {figures['p50']:.1f} ms, p95 {figures['p95']:.1f} ms, "
+                    f"{figures['rate']:.1f} jobs/s (worker's wall {figures['wall']:.1f} s); "
+                    f"spans so far: exported {figures['spans_exported']}, failed "
+                    f"{figures['spans_failed']}, dropped {figures['spans_dropped']}{got}"
+                )
     print("command: make bench-tracing" + (f" BENCH_TRACING_JOBS={JOBS}" if JOBS != 300 else ""))
 
 
