@@ -51,13 +51,16 @@ def jobs_unpark(*, reason: str, features: set[str] | None = None, models: set[st
         if not ids:
             return moved
         with transaction.atomic():
-            for job in (
-                LlmJob.objects.select_for_update().filter(id__in=ids).order_by("created_at", "id")
-            ):
-                if job.held_reason != reason or job.status not in LlmJob.WAITING_STATUSES:
-                    continue
+            jobs = list(
+                LlmJob.objects.select_for_update()
+                .filter(id__in=ids, held_reason=reason, status__in=LlmJob.WAITING_STATUSES)
+                .order_by("created_at", "id")
+            )
+            # One statement clears the batch's reason; each job then gets a fresh RQ job id,
+            # pushed after the commit, in this order.
+            LlmJob.objects.filter(id__in=[job.id for job in jobs]).update(held_reason="")
+            for job in jobs:
                 job.held_reason = ""
-                job.save(update_fields=["held_reason"])
-                # A fresh RQ job id, pushed after the commit, in this order.
                 job_enqueue(job=job)
-                moved += 1
+            # A job that moved on meanwhile (cancelled) matches neither the lock nor the next page.
+            moved += len(jobs)
