@@ -29,11 +29,12 @@ migrate: venv
 # DEBUG is off unless asked for; a local run asks for it (DJANGO_DEBUG=False make run does not).
 # The banner (ops/ready_banner.py) waits for every process, then prints the URLs, the demo login
 # and the API key below the start-up logs; logs are human-readable here (JSON elsewhere).
+# Ctrl-C stops honcho, not make (runtime/foreground.py): a clean stop ends with exit code 0.
 run: venv migrate
 	$(BIN)/python manage.py ensure_demo_user
 	$(BIN)/python manage.py ready_banner & \
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-True} LOG_FORMAT=$${LOG_FORMAT:-plain} \
-		PATH="$(CURDIR)/$(BIN):$$PATH" exec $(BIN)/honcho start
+		PATH="$(CURDIR)/$(BIN):$$PATH" exec $(BIN)/python -m runtime.foreground -- $(BIN)/honcho start
 
 # The demo user's API key (every scope), alone (TOKEN=$$(make -s token)).
 token: venv

@@ -39,6 +39,7 @@ from api.runs import run_filters, run_list_parameters, run_list_responses
 from api.schema import IDEMPOTENCY_KEY, error_headers, errors, location_header
 from api.submit_throttles import SubmitThrottle
 from api.submits import submit_from_request
+from keys.permissions import check_submitter
 from keys.scopes import JOBS_READ, JOBS_WRITE
 
 __all__ = [
@@ -87,13 +88,14 @@ class RunResource:
         )
 
     def lookup(self, request: Request, value: str, *, permission: str | None = None) -> Any:
-        """The caller's run of the path id ``value``; ``404`` for any other."""
+        """The caller's run of the path id ``value``; ``404`` for any other (and ``403`` for
+        a key let in only to read its own runs, where another key submitted it)."""
         message, code = self.not_found
         run_id = uuid_or_not_found(value, message=message, code=code)
         scope = {"permission": permission} if permission else {}
-        return self.get(
-            user=cast(User, request.user), **{self.path_parameter.name: run_id}, **scope
-        )
+        run = self.get(user=cast(User, request.user), **{self.path_parameter.name: run_id}, **scope)
+        check_submitter(request, run)
+        return run
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,7 @@ class _OneRunApi(APIView):
 # GET: one run.
 class RunDetailApi(_OneRunApi):
     required_scopes = {"GET": JOBS_READ}
+    submitter_may_read = True  # a key without jobs:read reads the runs it submitted
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

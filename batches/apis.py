@@ -168,6 +168,7 @@ class BatchEmbeddingItemSerializer(serializers.Serializer):
 
 class BatchEmbeddingsApi(APIView):
     required_scopes = {"GET": JOBS_READ}
+    submitter_may_read = True  # a key without jobs:read reads the batches it submitted
     pagination_class = Pagination
 
     @extend_schema(

@@ -10,6 +10,10 @@ Every API view names the scope each of its methods needs::
 session holds every scope (it is the user, signed in); ``None`` lets any key in (``/me/``). A
 method a view serves without naming its scope is refused to every key: a forgotten entry fails
 closed (and tests/keys/test_scopes.py fails).
+
+A key may always read what it submitted: a view with ``submitter_may_read`` lets a ``GET`` of a
+key without ``jobs:read`` through, marked ``submitter_only``, and the run's lookup
+(``api/run_views.py``) then answers ``403 insufficient_scope`` for a run another key submitted.
 """
 
 from typing import Any
@@ -20,11 +24,13 @@ from rest_framework.request import Request
 
 from api.errors import ApplicationError
 from keys.models import ApiKey
-from keys.scopes import ADMIN
+from keys.scopes import ADMIN, JOBS_READ
 
 __all__ = [
     "HasScope",
     "InsufficientScope",
+    "SUBMITTER_ONLY",
+    "check_submitter",
     "UNDECLARED",
     "request_api_key",
     "request_api_key_id",
@@ -49,6 +55,19 @@ class InsufficientScope(ApplicationError):
             # RFC 6750's answer to a bearer token that lacks a scope.
             headers={"WWW-Authenticate": f'Bearer error="insufficient_scope", scope="{scope}"'},
         )
+
+
+SUBMITTER_ONLY = "_llm_submitter_only"
+"""The request attribute set when a key without ``jobs:read`` is let in to read its own runs."""
+
+
+def check_submitter(request: Request, run: Any) -> None:
+    """``403 insufficient_scope`` if the request was let in only for its key's own runs and
+    ``run`` was submitted by another key (or a session)."""
+    key = request_api_key(request)
+    if key is not None and getattr(request, SUBMITTER_ONLY, False):
+        if getattr(run, "api_key_id", None) != key.id:
+            raise InsufficientScope(JOBS_READ, key.scopes)
 
 
 def request_api_key(request: Request) -> ApiKey | None:
@@ -84,4 +103,11 @@ class HasScope(BasePermission):
             key.id
         ):
             return True  # a key revoking or rotating itself
+        if (
+            scope == JOBS_READ
+            and method in ("GET", "HEAD")
+            and getattr(view, "submitter_may_read", False)
+        ):
+            setattr(request, SUBMITTER_ONLY, True)  # its own runs only: check_submitter
+            return True
         raise InsufficientScope(scope, key.scopes)

@@ -4,14 +4,15 @@ no budget reserved) until it is resumed; then they run in the order they were su
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from api.errors import ApplicationError
 from features.selectors import feature_policy_for, parked_count
 from features.services import feature_policy_update, validate_feature
+from llmops.commands import OperatorCommand
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Pause or resume a feature's jobs, or show its policy."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -5,7 +5,7 @@ once; what the key is goes to standard error. ``list`` and ``revoke`` as their n
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from api.errors import ApplicationError
 from keys.models import ApiKey
@@ -13,6 +13,7 @@ from keys.scopes import ALL_SCOPES
 from keys.selectors import api_key_budget
 from keys.services import api_key_create, api_key_revoke, api_key_rotate
 from keys.validation import validate_key_request, validate_rotate_request
+from llmops.commands import OperatorCommand
 
 
 def _describe(key: ApiKey) -> str:
@@ -27,7 +28,7 @@ def _describe(key: ApiKey) -> str:
     )
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = (
         "Create, list, revoke or rotate API keys. The secret is printed once, at create or rotate."
     )

@@ -3,14 +3,15 @@
 import csv
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from api.errors import ApplicationError
 from ledger.reports import report_csv_rows
 from ledger.selectors import REPORT_GROUPS, cost_report, report_range_parse, report_user_find
+from llmops.commands import OperatorCommand
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = (
         "Print what LLM calls cost from the ledger, grouped by feature, model, user or day: "
         "jobs, attempts, tokens by kind, cost and dead-lettered jobs, with a totals line."

@@ -4,12 +4,13 @@
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from api.errors import ApplicationError
 from ledger.models import ModelPrice
 from ledger.price_table import model_price_set
+from llmops.commands import OperatorCommand
 
 
 def usd(value: str) -> Decimal:
@@ -19,7 +20,7 @@ def usd(value: str) -> Decimal:
         raise ValueError(value) from None
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = (
         "Price a model on a provider (add of an existing MODEL changes it from now on, as a new "
         "price row), or list the models priced now."

@@ -4,14 +4,15 @@ the job path may call."""
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from api.errors import ApplicationError
+from llmops.commands import OperatorCommand
 from providers.models import Provider
 from providers.services import provider_pause, provider_save
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Add or change a model provider (add of an existing NAME changes it), or list them."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -2,9 +2,10 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
+from llmops.commands import OperatorCommand
 from retention.services import prune_before
 
 _AGE = re.compile(r"(\d+)d")
@@ -26,7 +27,7 @@ def parse_before(value: str) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = (
         "Empty the prompts, outputs, stored vectors and tool inputs/results of the final jobs, "
         "agent runs and pipelines that ended before --before (90d, or an ISO time); keep their "

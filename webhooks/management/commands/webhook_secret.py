@@ -5,14 +5,15 @@ secret goes on signing beside it for ``WEBHOOK_SECRET_ROLL_GRACE_SECONDS``."""
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from keys.models import ApiKey
+from llmops.commands import OperatorCommand
 from webhooks.signing import feature_owner, key_owner
 from webhooks.signing_secrets import signing_secret_roll
 
 
-class Command(BaseCommand):
+class Command(OperatorCommand):
     help = "Roll the webhook signing secret of an API key or a feature and print it once."
 
     def add_arguments(self, parser: CommandParser) -> None:
