@@ -95,6 +95,7 @@ from .responses import (
     new_request_id,
     parse_request,
     should_retry,
+    stream_seconds,
 )
 from .scripts import parse_key, parse_script
 from .state import (
@@ -456,7 +457,9 @@ class FakeAnthropicApp:
         reply = build_message(request, state)
         state.settle_tokens(decision, reply["usage"])
         if request.stream and fault not in ("timeout", "trickle", "garbage"):
-            plan = StreamPlan(reply, state.config.stream_tokens_per_second, fault)
+            plan = StreamPlan(
+                reply, state.config.stream_tokens_per_second, fault, stream_seconds(request)
+            )
             return await self._stream(
                 plan,
                 scope,

@@ -3,9 +3,10 @@
 
 A request is read into the Messages API's form and answered by the same deterministic replies
 (responses.py ``build_message``: the same text for the same prompt, tool calls when a tool is
-named or forced, ``fake_output_tokens=N``, ``fake_tool_script=``), then written back as a chat
-completion: with ``"stream": true`` as ``chat.completion.chunk`` events, the usage in a last
-chunk when ``stream_options.include_usage`` asks for it, and ``data: [DONE]``.
+named or forced, ``fake_output_tokens=N``, ``fake_stream_seconds=N``, ``fake_tool_script=``),
+then written back as a chat completion: with ``"stream": true`` as ``chat.completion.chunk``
+events, the usage in a last chunk when ``stream_options.include_usage`` asks for it, and
+``data: [DONE]``.
 
 The same faults, scripts, latency and rate windows apply (``/_fake/faults``), in this API's
 words: an injected ``429`` is ``rate_limit_exceeded`` with ``retry-after`` and
@@ -25,9 +26,16 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .responses import FAULT_ERRORS, ApiError, build_message, new_request_id, parse_request
+from .responses import (
+    FAULT_ERRORS,
+    ApiError,
+    build_message,
+    new_request_id,
+    parse_request,
+    stream_seconds,
+)
 from .state import FakeProviderState, RateDecision, openai_price_for
-from .streaming import BREAK_SHARE, STREAM_FAULTS, text_chunks
+from .streaming import BREAK_SHARE, STREAM_FAULTS, paced_chunks
 
 __all__ = ["CHAT_COMPLETIONS_PATH", "OPENAI_ONLY_FAULTS", "chat_completions"]
 
@@ -393,6 +401,7 @@ async def chat_completions(
     how, streamed = await _stream(
         state, send, receive, closing, reply, completion_id, created, answer_headers,
         fault if fault in ("stall", "drop", "overloaded_midstream") else None, include_usage,
+        seconds=stream_seconds(request),
     )  # fmt: skip
     usage = dict(reply["usage"])
     usage["output_tokens"] = streamed
@@ -431,9 +440,12 @@ async def _stream(
     headers: Headers,
     fault: str | None,
     include_usage: bool,
+    *,
+    seconds: float | None = None,
 ) -> tuple[str, int]:
     """Stream the answer; returns how it ended (answered, error_event, stalled, dropped, gone)
-    and the output tokens streamed (what it is billed for)."""
+    and the output tokens streamed (what it is billed for). ``seconds``: the text spread over
+    about that long (``fake_stream_seconds=``), whatever the configured pace."""
     model = reply["model"]
     raw = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
     raw += [(k.encode(), v.encode()) for k, v in headers]
@@ -465,14 +477,15 @@ async def _stream(
         text = "".join(b.get("text", "") for b in reply["content"] if b["type"] == "text")
         break_at = int(len(text) * BREAK_SHARE) if fault else None
         sent = 0
-        for piece in text_chunks(text):
+        pieces = paced_chunks(text, total_chars=len(text), tokens_per_second=pace, seconds=seconds)
+        for piece, pause in pieces:
             if break_at is not None and sent >= break_at:
                 return await _break(fault or "", put, send, gone, closing, streamed)
             if not await put(_chunk(completion_id, created, model, **choice({"content": piece}))):
                 return "gone", streamed
             sent += len(piece)
             streamed += _tokens(piece)
-            await asyncio.sleep(_tokens(piece) / pace if pace else 0)
+            await asyncio.sleep(pause)
         if break_at is not None:
             return await _break(fault or "", put, send, gone, closing, streamed)
         for index, call in enumerate(_tool_calls(reply)):

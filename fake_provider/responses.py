@@ -33,6 +33,7 @@ __all__ = [
     "new_request_id",
     "parse_request",
     "should_retry",
+    "stream_seconds",
 ]
 
 
@@ -93,6 +94,17 @@ _VOCABULARY = (
 LONG_REPLY = re.compile(r"fake_output_tokens=(\d{1,7})")
 """In the last user message, asks for a reply of that many output tokens (a long generation:
 ``max_tokens`` still cuts it, with ``stop_reason`` max_tokens)."""
+
+
+STREAM_SECONDS = re.compile(r"fake_stream_seconds=(\d{1,4})")
+"""In the last user message, asks for the answer's text to stream over about that many seconds
+(streaming.py): a call that lasts long enough to watch or to cancel."""
+
+
+def stream_seconds(request: MessagesRequest) -> float | None:
+    """How long the request asks its stream to last (``fake_stream_seconds=``), if it does."""
+    asked = STREAM_SECONDS.search(request.last_user_text)
+    return float(asked.group(1)) if asked and int(asked.group(1)) > 0 else None
 
 
 def _natural_reply(request: MessagesRequest) -> str:

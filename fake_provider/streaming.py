@@ -15,12 +15,17 @@ Errors before the stream starts are plain HTTP errors (app.py); these faults hap
 - ``drop`` (streamed): after a part of the text the connection dies.
 
 Each is billed for what was generated before it: the input and the output streamed so far.
+
+The pace: as fast as the socket takes it, ``stream_tokens_per_second`` of the configuration, or,
+when the last user message holds ``fake_stream_seconds=N`` (responses.py), the text spread over
+about N seconds: a call that lasts long enough to watch or to cancel, asked by the prompt alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +35,7 @@ __all__ = [
     "STREAM_FAULTS",
     "StreamPlan",
     "event",
+    "paced_chunks",
     "stream_answer",
     "text_chunks",
 ]
@@ -54,6 +60,22 @@ def event(name: str, data: dict[str, Any]) -> bytes:
 def text_chunks(text: str, size: int = CHUNK_CHARS) -> Iterator[str]:
     for start in range(0, len(text), size):
         yield text[start : start + size]
+
+
+def paced_chunks(
+    text: str, *, total_chars: int, tokens_per_second: float | None, seconds: float | None
+) -> Iterator[tuple[str, float]]:
+    """The pieces of a text block and the pause after each. ``seconds`` spreads the answer's
+    ``total_chars`` over that long, in pieces small enough to come about once a second (a short
+    answer's single characters come further apart); else ``tokens_per_second`` paces each
+    piece; else there is no pause."""
+    if seconds and total_chars:
+        size = max(1, min(CHUNK_CHARS, math.ceil(total_chars / seconds)))
+        for chunk in text_chunks(text, size):
+            yield chunk, seconds * len(chunk) / total_chars
+        return
+    for chunk in text_chunks(text):
+        yield chunk, _tokens(chunk) / tokens_per_second if tokens_per_second else 0.0
 
 
 def _opening(block: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -86,6 +108,8 @@ class StreamPlan:
     """None: as fast as the socket takes it."""
     fault: str | None = None
     """None, ``overloaded_midstream``, ``stall`` or ``drop``."""
+    seconds: float | None = None
+    """The text spread over about this long (``fake_stream_seconds=``), whatever the rate."""
 
 
 @dataclass
@@ -162,7 +186,13 @@ async def stream_answer(
                 )
                 continue
             sent_chars = 0
-            for chunk in text_chunks(block["text"]):
+            pieces = paced_chunks(
+                block["text"],
+                total_chars=len(text),
+                tokens_per_second=plan.tokens_per_second,
+                seconds=plan.seconds,
+            )
+            for chunk, pause in pieces:
                 if break_at is not None and sent_chars >= break_at:
                     return await _break(plan.fault or "", put, gone, closing, streamed, send)
                 delta = {"type": "text_delta", "text": chunk}
@@ -175,14 +205,12 @@ async def stream_answer(
                     return StreamEnd("gone", streamed)
                 sent_chars += len(chunk)
                 streamed += _tokens(chunk)
-                if plan.tokens_per_second:
+                if pause:
                     now = asyncio.get_running_loop().time()
                     if now - last_ping >= PING_SECONDS:
                         last_ping = now
                         await put(event("ping", {"type": "ping"}))
-                    await asyncio.sleep(_tokens(chunk) / plan.tokens_per_second)
-                else:
-                    await asyncio.sleep(0)
+                await asyncio.sleep(pause)
             await put(event("content_block_stop", {"type": "content_block_stop", "index": index}))
         output_tokens = usage["output_tokens"]
         await put(

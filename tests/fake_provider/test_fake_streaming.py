@@ -11,6 +11,7 @@ import anthropic
 import anthropic._streaming as sdk_streaming
 import httpx
 import httpx2
+import openai
 import pytest
 
 from tests.fake_provider.test_fake_provider import (  # noqa: F401  (fixtures)
@@ -189,3 +190,38 @@ def test_a_client_that_leaves_mid_stream_is_billed_for_what_streamed(url: str) -
     (call,) = billing(url)
     assert call["how"] == "client_gone" and 0 < call["output_tokens"] < 2000
     assert Decimal(call["cost_usd"]) > 0
+
+
+def test_fake_stream_seconds_in_the_prompt_spreads_the_answer_over_that_long(url: str) -> None:  # noqa: F811
+    """A prompt alone asks for a call long enough to watch or to cancel (the README's examples),
+    on either API, whatever the configuration: the same answer, in pieces about a second apart."""
+    prompt = "Write the report. fake_stream_seconds=3"
+    whole = sdk(url).messages.create(
+        model=MODEL, max_tokens=256, messages=[{"role": "user", "content": prompt}]
+    )
+    arrivals: list[tuple[float, str]] = []
+    with sdk(url).messages.create(
+        model=MODEL, max_tokens=256, stream=True, messages=[{"role": "user", "content": prompt}]
+    ) as stream:
+        for event in stream:
+            if event.type == "content_block_delta":
+                arrivals.append((time.monotonic(), event.delta.text))
+    assert "".join(text for _, text in arrivals) == whole.content[0].text
+    spread = arrivals[-1][0] - arrivals[0][0]
+    assert 2.0 < spread < 4.5, spread
+    gaps = [later[0] - earlier[0] for earlier, later in zip(arrivals, arrivals[1:], strict=False)]
+    assert max(gaps) < 1.5, gaps
+
+    chat = openai.OpenAI(api_key="k", base_url=f"{url}/openai/v1", max_retries=0)
+    started = time.monotonic()
+    pieces = [
+        chunk.choices[0].delta.content or ""
+        for chunk in chat.chat.completions.create(
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": "Summarise it. fake_stream_seconds=2"}],
+            stream=True,
+        )
+        if chunk.choices
+    ]
+    assert 1.5 < time.monotonic() - started < 4.0
+    assert len([piece for piece in pieces if piece]) >= 2
