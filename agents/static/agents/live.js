@@ -1,6 +1,7 @@
 /* The live page of agent runs: start a run, then every agent.step / agent.updated event on the
    socket re-reads that run (GET /api/v1/agent-runs/<id>/) and draws its steps; waiting calls get
-   Approve / Reject buttons, a run not ended a Cancel button. */
+   Approve / Reject buttons, a run not ended a Cancel button. Runs waiting for approval come
+   first, then newest first (as the list API), kept so as runs start, wait and end. */
 (function () {
   "use strict";
   var root = document.getElementById("agents-live");
@@ -9,6 +10,7 @@
   var ZERO = "00000000-0000-0000-0000-000000000000";
   var FINAL = {completed: true, cancelled: true};
   var boxes = {};
+  var runs = {};  // id -> {id, status, created}: what the order is made of
   var retries = 0;
 
   function cookie(name) {
@@ -47,14 +49,36 @@
     return short(step.input) + (step.output !== null ? " => " + short(step.output) : "");
   }
 
+  function before(a, b) {
+    var waitingA = a.status === "waiting_approval", waitingB = b.status === "waiting_approval";
+    if (waitingA !== waitingB) return waitingA ? -1 : 1;
+    if (a.created !== b.created) return b.created - a.created;
+    return a.id < b.id ? 1 : -1;  // the list API's tie-break: (-created_at, -id)
+  }
+  function order() {
+    var sorted = Object.keys(runs).map(function (id) { return runs[id]; }).sort(before);
+    // Only the boxes out of place move, so a box's buttons keep their focus when nothing moves.
+    sorted.forEach(function (run, i) {
+      var box = boxes[run.id];
+      if (runsEl.children[i] !== box) runsEl.insertBefore(box, runsEl.children[i] || null);
+    });
+  }
+
+  /* A run from the list (its row) or from its detail (with steps); a row does not wipe the
+     steps a detail drew. */
   function draw(run) {
     var box = boxes[run.id];
     if (!box) {
-      box = boxes[run.id] = el("div", "agent-run module");
+      box = boxes[run.id] = el("div", "agent-run");
       box.id = "run-" + run.id;
-      runsEl.insertBefore(box, runsEl.firstChild);
+      runsEl.appendChild(box);
       document.getElementById("runs-empty").hidden = true;
+    } else if (!run.steps && box.dataset.detailed) {
+      return;
     }
+    runs[run.id] = {id: run.id, status: run.status, created: Date.parse(run.created_at)};
+    order();
+    if (run.steps) box.dataset.detailed = "1";
     box.textContent = "";
     var head = el("h3", "", "Run " + run.id.slice(0, 8) + ": ");
     var status = el("span", "status status-" + run.status, run.status);
@@ -68,11 +92,11 @@
     (run.steps || []).forEach(function (step) {
       var tr = el("tr", "step step-" + step.status);
       tr.setAttribute("data-call-id", step.call_id || "");
-      tr.appendChild(el("td", "", String(step.index)));
-      tr.appendChild(el("td", "", step.kind === "model" ? "turn " + step.turn : step.name));
+      tr.appendChild(el("td", "step-index", String(step.index)));
+      tr.appendChild(el("td", "step-name", step.kind === "model" ? "turn " + step.turn : step.name));
       tr.appendChild(el("td", "step-status", step.status + (step.is_error ? " (error)" : "")));
-      tr.appendChild(el("td", "", stepText(step)));
-      var actions = el("td", "");
+      tr.appendChild(el("td", "step-text", stepText(step)));
+      var actions = el("td", "step-actions");
       if (step.status === "waiting_approval") {
         [["Approve", true], ["Reject", false]].forEach(function (choice) {
           var button = el("button", "button", choice[0]);
@@ -107,13 +131,26 @@
     });
   }
 
-  function loadList() {
-    fetch(root.dataset.listUrl, {credentials: "same-origin"}).then(function (r) {
-      if (!r.ok) return;
-      return r.json().then(function (page) {
-        page.results.slice(0, 10).reverse().forEach(function (run) { refresh(run.id); });
-      });
+  function listed(query) {
+    return fetch(root.dataset.listUrl + query, {credentials: "same-origin"}).then(function (r) {
+      return r.ok ? r.json().then(function (page) { return page.results; }) : [];
     });
+  }
+
+  /* The ten newest runs and every run waiting for approval (however old), placed at once from
+     their rows, then each re-read with its steps. */
+  function loadList() {
+    Promise.all([listed("?page_size=10"), listed("?status=waiting_approval&page_size=50")])
+      .then(function (pages) {
+        var seen = {};
+        var rows = pages[0].concat(pages[1]).filter(function (run) {
+          var fresh = !boxes[run.id] && !seen[run.id];
+          seen[run.id] = true;
+          return fresh;
+        });
+        rows.forEach(draw);
+        rows.forEach(function (run) { refresh(run.id); });
+      });
   }
 
   function connect() {
