@@ -10,6 +10,7 @@ from typing import Any
 
 from providers import limits
 from providers.base import ProviderOutcome, ProviderRequest
+from providers.errors import name_the_key
 from providers.models import DEFAULT_PROVIDER
 
 __all__ = ["AnthropicProvider"]
@@ -20,11 +21,17 @@ class AnthropicProvider:
     row as it has always been configured (``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``)."""
 
     def __init__(
-        self, name: str = DEFAULT_PROVIDER, base_url: str = "", api_key: str | None = None
+        self,
+        name: str = DEFAULT_PROVIDER,
+        base_url: str = "",
+        api_key: str | None = None,
+        api_key_env: str = "ANTHROPIC_API_KEY",
     ) -> None:
         self.name = name
         self.base_url = base_url
         self.api_key = api_key
+        self.api_key_env = api_key_env
+        """Where the key comes from, for a 401's message (never the key)."""
 
     def call(self, request: ProviderRequest) -> ProviderOutcome:
         """One streamed Messages API call; with a ``deadline``, it ends by then whatever the
@@ -42,13 +49,15 @@ class AnthropicProvider:
             )
         from providers import anthropic_sdk
 
-        return anthropic_sdk.call(request, base_url=self.base_url, api_key=self.api_key)
+        outcome = anthropic_sdk.call(request, base_url=self.base_url, api_key=self.api_key)
+        return name_the_key(outcome, provider=self.name, api_key_env=self.api_key_env)
 
     def count_tokens(self, body: dict[str, Any]) -> ProviderOutcome:
         """The Messages API's token count of ``body`` (the front door's ``count_tokens``)."""
         from providers import anthropic_sdk
 
-        return anthropic_sdk.count_tokens(body, base_url=self.base_url, api_key=self.api_key)
+        outcome = anthropic_sdk.count_tokens(body, base_url=self.base_url, api_key=self.api_key)
+        return name_the_key(outcome, provider=self.name, api_key_env=self.api_key_env)
 
     def warm_up(self) -> None:
         from providers import anthropic_sdk

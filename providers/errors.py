@@ -7,8 +7,11 @@ dead-letter, severity) is the retry table's (jobs/retry_policy.py).
 """
 
 import re
+from dataclasses import replace
 
-__all__ = ["REASONS", "failure_reason"]
+from providers.base import ProviderOutcome
+
+__all__ = ["REASONS", "failure_reason", "name_the_key"]
 
 REASONS = (
     "connection_error",
@@ -84,3 +87,26 @@ def failure_reason(
     if status == 404:
         return "not_found"
     return "invalid_request"
+
+
+def name_the_key(outcome: ProviderOutcome, *, provider: str, api_key_env: str) -> ProviderOutcome:
+    """A ``401`` that says which key was refused: the provider row's name and the environment
+    variable its key is read from (whether it is set), never the key. The provider's own words
+    ("invalid x-api-key") name neither, and an operator with several rows must find which."""
+    if outcome.http_status != 401:
+        return outcome
+    from providers.selectors import provider_api_key
+
+    if not api_key_env:
+        sent = "no key: its row names no api_key_env"
+    elif provider_api_key(api_key_env=api_key_env):
+        sent = f"the key from the environment variable {api_key_env}"
+    else:
+        sent = f"no key: the environment variable {api_key_env} is not set"
+    note = (
+        f"The provider {provider!r} refused the key (401); it was sent {sent}. Set a valid key "
+        f"there, or change the provider row's api_key_env (admin: Providers; "
+        f"manage.py llm_provider)."
+    )
+    message = f"{outcome.message.rstrip('.')}. {note}" if outcome.message else note
+    return replace(outcome, message=message)

@@ -49,7 +49,10 @@ def _build(config: ProviderConfig) -> Provider:
         from providers.openai_api import OpenAICompatProvider
 
         return OpenAICompatProvider(
-            name=config.name, base_url=config.base_url, api_key=config.api_key
+            name=config.name,
+            base_url=config.base_url,
+            api_key=config.api_key,
+            api_key_env=config.api_key_env,
         )
     if (config.name, config.base_url, config.api_key_env) == (
         DEFAULT_PROVIDER,
@@ -59,7 +62,12 @@ def _build(config: ProviderConfig) -> Provider:
         return get_provider()
     # The row's own key ('' if none): never ANTHROPIC_API_KEY by default, which would send
     # the real key to whatever base URL the row names.
-    return AnthropicProvider(name=config.name, base_url=config.base_url, api_key=config.api_key)
+    return AnthropicProvider(
+        name=config.name,
+        base_url=config.base_url,
+        api_key=config.api_key,
+        api_key_env=config.api_key_env,
+    )
 
 
 def provider_named(name: str) -> Provider:

@@ -51,3 +51,55 @@ def test_it_names_the_host_and_port_of_an_unreachable_provider_without_path_or_k
         assert "Connection refused" in message
         assert PATH_TOKEN not in message and KEY not in message and "/v1" not in message
     assert LlmJob.objects.filter(status="running").count() == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "model", "path", "key_set"),
+    [
+        # Models no other test prices (a dated id the fake knows; a self-hosted name).
+        ("openai", "gateway-llama", "/openai/v1", True),
+        ("anthropic", "claude-haiku-4-5-20251001", "", True),
+        ("openai", "gateway-llama", "/openai/v1", False),
+    ],
+    ids=["openai", "anthropic", "unset-variable"],
+)
+def test_a_401_names_the_provider_row_and_the_variable_its_key_comes_from(
+    alice_client: Any,
+    workers: Any,
+    fake_provider: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    model: str,
+    path: str,
+    key_set: bool,
+):
+    """Issue 43, 4: "invalid x-api-key" alone does not say which of several keys was wrong."""
+    if key_set:
+        monkeypatch.setenv("GATEWAY_API_KEY", KEY)
+    else:
+        monkeypatch.delenv("GATEWAY_API_KEY", raising=False)
+    provider_save(
+        name="gateway",
+        kind=kind,
+        base_url=f"{fake_provider.url}{path}",
+        api_key_env="GATEWAY_API_KEY",
+    )
+    model_price_set(
+        model=model,
+        provider="gateway",
+        input_per_mtok=Decimal("1"),
+        output_per_mtok=Decimal("2"),
+        max_output_tokens=4096,
+    )
+    fake_provider.faults({"401": 1.0})
+    job = submit(alice_client, model=model)
+    workers.work_once()
+
+    job.refresh_from_db()
+    assert job.status == "failed" and job.error_code == "authentication_failed"
+    error = alice_client.get(f"/api/v1/jobs/{job.id}/").json()["error"]
+    for message in (job.error_message, error["message"]):
+        assert "invalid x-api-key" in message, message
+        assert "provider 'gateway'" in message and "GATEWAY_API_KEY" in message, message
+        assert ("is not set" in message) is not key_set, message
+        assert KEY not in message
