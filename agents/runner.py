@@ -21,8 +21,13 @@ from django.db import connections
 
 from agents.enqueue import DEFAULT_TIMEOUT, LEASE_MARGIN_SECONDS
 from agents.models import AgentRun, AgentStep
-from agents.services import agent_run_advance, agent_step_claim, agent_step_record
-from agents.tools import registered_tool, tool_call
+from agents.services import (
+    agent_run_advance,
+    agent_step_claim,
+    agent_step_record,
+    agent_tool_price_refusal,
+)
+from agents.tools import ToolOutcome, registered_tool, tool_call
 from runtime.db_connections import release_connection
 
 __all__ = ["agent_tools_run"]
@@ -38,9 +43,17 @@ def _run_one(step_id: int) -> bool:
     step = agent_step_claim(step_id=step_id, lease_seconds=timeout + LEASE_MARGIN_SECONDS)
     if step is None:
         return False
+    refusal = (
+        agent_tool_price_refusal(step=step, price_usd=tool.price_usd)
+        if (tool and tool.price_usd)
+        else None
+    )
     release_connection()  # none held while the tool runs (a threaded worker's slots)
-    outcome = tool_call(name=step.name, tool_input=step.input, call_id=step.call_id)
-    recorded = agent_step_record(step_id=step.id, attempt=step.attempts, outcome=outcome)
+    if refusal:
+        outcome = ToolOutcome(refusal, True, billable=False)
+    else:
+        outcome = tool_call(name=step.name, tool_input=step.input, call_id=step.call_id)
+    recorded = agent_step_record(step_id=step.id, attempt=step.attempts, outcome=outcome, tool=tool)
     ended = "failed" if outcome.is_error else "completed"
     logger.log(
         logging.WARNING if outcome.stopped else logging.INFO,

@@ -36,7 +36,7 @@ from agents import events
 from agents.enqueue import agent_tools_enqueue
 from agents.models import AgentRun, AgentRunTag, AgentStep
 from agents.representation import agent_run_representation
-from agents.tools import ToolOutcome, registered_tool
+from agents.tools import AgentTool, ToolOutcome, registered_tool
 from agents.transcript import turn_messages, turn_messages_ref
 from agents.validation import MARKER_KEY, AgentRunRequest, validate_agent_run_request
 from api.errors import ApplicationError, Conflict, ValidationFailed
@@ -47,6 +47,7 @@ from jobs.services import job_submit
 from jobs.transitions import Transition
 from ledger.pricing import upper_bound_cost
 from ledger.selectors import price_for_model
+from ledger.services import cost_entry_record_tool_call
 from tracing.context import new_trace_fields, parse_traceparent, trace_parent_bound
 from tracing.export import export_run_trace
 from webhooks.models import Subject
@@ -59,6 +60,7 @@ __all__ = [
     "agent_run_job_transition",
     "agent_step_claim",
     "agent_step_record",
+    "agent_tool_price_refusal",
     "agent_tools_enqueue_on_commit",
     "fail_run",
 ]
@@ -142,6 +144,7 @@ def _insert(
         metadata=request.metadata,
         deadline=request.deadline,
         tags=request.tags,
+        priority=request.priority,
         idempotency_key=idempotency_key or None,
         idempotency_key_hash=key_hash,
         request_fingerprint=fingerprint,
@@ -183,6 +186,8 @@ def _turn_body(run: AgentRun, steps: Sequence[AgentStep]) -> dict[str, Any]:
         body["deadline"] = run.deadline.isoformat()
     if run.tags:
         body["tags"] = run.tags
+    if run.priority:
+        body["priority"] = run.priority
     definitions = [tool.definition() for name in run.tools if (tool := registered_tool(name))]
     if definitions:
         body["tools"] = definitions
@@ -516,11 +521,38 @@ def agent_step_claim(*, step_id: int, lease_seconds: float) -> AgentStep | None:
         return claimed
 
 
+def agent_tool_price_refusal(*, step: AgentStep, price_usd: Decimal) -> str | None:
+    """Why a priced tool call may not start: its price would take the run past its
+    ``max_cost_usd`` (None: it may)."""
+    run = AgentRun.objects.only("id", "max_cost_usd").get(id=step.run_id)
+    if run.max_cost_usd is None:
+        return None
+    spent = _cost(run)
+    if spent + price_usd <= run.max_cost_usd:
+        return None
+    return (
+        f"Not called: {step.name} costs ${price_usd} a call and the run has spent ${spent} of "
+        f"its max_cost_usd ${run.max_cost_usd}."
+    )
+
+
 @transaction.atomic
-def agent_step_record(*, step_id: int, attempt: int, outcome: ToolOutcome) -> bool:
+def agent_step_record(
+    *, step_id: int, attempt: int, outcome: ToolOutcome, tool: AgentTool | None = None
+) -> bool:
     """running -> completed with the call's result, only for the attempt that ran: a call the
-    sweep took back meanwhile (lease lapsed) is recorded by its next attempt instead."""
+    sweep took back meanwhile (lease lapsed) is recorded by its next attempt instead. A priced
+    tool's call that reached it is booked in the ledger with the record, once."""
     now = timezone.now()
+    turn_job = None
+    if tool is not None and tool.price_usd and outcome.billable:
+        # Job first (its priced calls are numbered under its lock), steps last.
+        step = AgentStep.objects.only("run_id", "turn").get(id=step_id)
+        turn_job = (
+            LlmJob.objects.select_for_update()
+            .filter(agent_step__run_id=step.run_id, agent_step__turn=step.turn)
+            .first()
+        )
     recorded = AgentStep.objects.filter(
         id=step_id, status=AgentStep.Status.RUNNING, attempts=attempt
     ).update(
@@ -532,6 +564,15 @@ def agent_step_record(*, step_id: int, attempt: int, outcome: ToolOutcome) -> bo
     )
     if recorded:
         step = AgentStep.objects.select_related("run").get(id=step_id)
+        if turn_job is not None and tool is not None and tool.price_usd:
+            cost_entry_record_tool_call(
+                job=turn_job,
+                call_id=step.call_id,
+                tool=tool.name,
+                source=tool.source,
+                price_usd=tool.price_usd,
+                is_error=outcome.is_error,
+            )
         events.publish_step_on_commit(step.run, step)
     return bool(recorded)
 

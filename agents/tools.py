@@ -12,6 +12,10 @@ value. Each call runs in a child process of its own, killed at the tool's timeou
 must happen once keys it on ``call_id`` (the demo ``send_email`` does). ``tool_call`` turns
 everything that can go wrong (``ToolError``, any other exception, input that fails the schema,
 an unknown tool, a timeout) into an error result: the run goes on.
+
+Other apps add tools that are not Python functions through ``tool_source_register`` (an MCP
+server's tools, mcp_tools/): looked up after the Python ones, called the same way, by the same
+step machinery. How to write one: docs/agents.md.
 """
 
 import importlib
@@ -21,23 +25,28 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from decimal import Decimal
+from typing import Any, Protocol, TypeVar
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from agents.tool_processes import call_in_child
+from api.did_you_mean import nearest_name
 
 __all__ = [
     "AgentTool",
     "ToolError",
     "ToolOutcome",
+    "ToolSource",
     "agent_tool",
     "registered_tool",
     "registered_tools",
     "tool_call",
     "tool_load_problems",
+    "tool_source_register",
     "tools_load",
+    "unknown_tool_message",
 ]
 
 logger = logging.getLogger(__name__)
@@ -51,7 +60,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class ToolError(Exception):
-    """Raised by a tool to give the model an error result with this message."""
+    """Raised by a tool to give the model an error result with this message. ``billable=False``
+    says the call never reached what it calls (a priced tool's call is then not booked)."""
+
+    def __init__(self, message: str = "", *, billable: bool = True) -> None:
+        super().__init__(message)
+        self.billable = billable
 
 
 class ToolDefinitionError(ValueError):
@@ -67,6 +81,13 @@ class AgentTool:
     requires_approval: bool = False
     timeout: float = 60.0
     accepts_call_id: bool = False
+    source: str = "python"
+    """Where it comes from: ``python`` (``@agent_tool``) or ``mcp:<server>`` (mcp_tools/)."""
+    takes_arguments: bool = False
+    """Called as ``function(arguments=<the input>, call_id=...)``, its input passed on whole (an
+    MCP tool: its own argument named ``call_id`` must not meet ours)."""
+    price_usd: Decimal | None = None
+    """Booked in the ledger for each call that reached it (agents/services.py)."""
 
     def definition(self) -> dict[str, Any]:
         """What the model is told (a job's ``params.tools`` entry)."""
@@ -85,11 +106,30 @@ class ToolOutcome:
     is_error: bool
     stopped: bool = False
     """Stopped at the tool's timeout: the call no longer runs."""
+    billable: bool = True
+    """False: the call never reached the tool (unknown, refused input, ``ToolError(billable=
+    False)``); a priced tool's call is booked otherwise, an unknown outcome included."""
+
+
+class ToolSource(Protocol):
+    """Tools that are not Python functions of this process (mcp_tools/registry.py)."""
+
+    def tool(self, name: str) -> AgentTool | None: ...
+
+    def tools(self) -> dict[str, AgentTool]: ...
 
 
 _registry: dict[str, AgentTool] = {}
+_sources: list[ToolSource] = []
 _load_problems: list[str] = []
 _loaded = False
+
+
+def tool_source_register(source: ToolSource) -> None:
+    """Add a source of tools; call it from an ``AppConfig.ready``. A Python tool of the same
+    name comes first."""
+    if source not in _sources:
+        _sources.append(source)
 
 
 def agent_tool(
@@ -167,11 +207,36 @@ def tool_load_problems() -> list[str]:
 
 
 def registered_tool(name: str) -> AgentTool | None:
-    return _registry.get(name)
+    """The tool a run may name ``name``: a Python one, else one of a source's."""
+    tool = _registry.get(name)
+    if tool is not None:
+        return tool
+    for source in _sources:
+        tool = source.tool(name)
+        if tool is not None:
+            return tool
+    return None
 
 
 def registered_tools() -> dict[str, AgentTool]:
-    return dict(_registry)
+    """Every tool a run may name, by name (Python ones win a name twice)."""
+    tools: dict[str, AgentTool] = {}
+    for source in reversed(_sources):
+        tools.update(source.tools())
+    tools.update(_registry)
+    return tools
+
+
+def unknown_tool_message(name: str) -> tuple[str, list[str], str | None]:
+    """What an unknown tool's refusal says: the message, the tools there are, the nearest."""
+    known = sorted(registered_tools())
+    near = nearest_name(name, known)
+    message = f"No tool named {name!r} is registered."
+    if near:
+        message += f" Did you mean {near!r}?"
+    elif known:
+        message += f" Tools: {', '.join(known)}."
+    return message, known, near
 
 
 def _as_text(value: Any) -> str:
@@ -182,21 +247,24 @@ def _as_text(value: Any) -> str:
 def tool_call(*, name: str, tool_input: Any, call_id: str) -> ToolOutcome:
     """Run one tool call in a child process of its own to its end, or stop it at its timeout;
     never raises."""
-    tool = _registry.get(name)
+    tool = registered_tool(name)
     if tool is None:
-        return ToolOutcome(f"Unknown tool: {name}", True)
+        return ToolOutcome(f"Unknown tool: {name}", True, billable=False)
     if not isinstance(tool_input, dict):
-        return ToolOutcome("Invalid input: the input must be a JSON object", True)
+        return ToolOutcome("Invalid input: the input must be a JSON object", True, billable=False)
     problems = sorted(
         Draft202012Validator(tool.input_schema).iter_errors(tool_input), key=lambda e: e.path
     )
     if problems:
         first = problems[0]
         where = "/".join(str(p) for p in first.path) or "(input)"
-        return ToolOutcome(f"Invalid input at {where}: {first.message}", True)
-    kwargs = dict(tool_input)
-    if tool.accepts_call_id:
-        kwargs["call_id"] = call_id
+        return ToolOutcome(f"Invalid input at {where}: {first.message}", True, billable=False)
+    if tool.takes_arguments:
+        kwargs: dict[str, Any] = {"arguments": dict(tool_input), "call_id": call_id}
+    else:
+        kwargs = dict(tool_input)
+        if tool.accepts_call_id:
+            kwargs["call_id"] = call_id
     ended = call_in_child(lambda: _answer(tool, kwargs), timeout=tool.timeout)
     if ended.timed_out:
         return ToolOutcome(
@@ -209,7 +277,9 @@ def tool_call(*, name: str, tool_input: Any, call_id: str) -> ToolOutcome:
         return ToolOutcome(f"The tool's process ended without a result ({ended.how})", True)
     if ended.answer.get("raised"):
         logger.warning("agent tool %s raised %s", name, ended.answer["raised"])
-    return ToolOutcome(ended.answer["output"], ended.answer["is_error"])
+    return ToolOutcome(
+        ended.answer["output"], ended.answer["is_error"], billable=ended.answer["billable"]
+    )
 
 
 def _answer(tool: AgentTool, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -217,14 +287,19 @@ def _answer(tool: AgentTool, kwargs: dict[str, Any]) -> dict[str, Any]:
     try:
         value = tool.function(**kwargs)
     except ToolError as error:
-        return {"output": str(error) or "Tool error", "is_error": True}
+        return {"output": str(error) or "Tool error", "is_error": True, "billable": error.billable}
     except BaseException as error:  # noqa: BLE001 (a tool's failure is the model's to see)
         return {
             "output": f"{type(error).__name__}: {error}",
             "is_error": True,
+            "billable": True,
             "raised": repr(error),
         }
     try:
-        return {"output": _as_text(value), "is_error": False}
+        return {"output": _as_text(value), "is_error": False, "billable": True}
     except (TypeError, ValueError) as exc:
-        return {"output": f"The tool's result is not JSON: {exc}", "is_error": True}
+        return {
+            "output": f"The tool's result is not JSON: {exc}",
+            "is_error": True,
+            "billable": True,
+        }

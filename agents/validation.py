@@ -13,12 +13,12 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
-from agents.tools import registered_tool
+from agents.tools import registered_tool, unknown_tool_message
 from api.errors import ValidationFailed
 from jobs.admission import check_against_price_table, check_budgets_not_spent
 from jobs.deadlines import DEADLINE_FIELDS, validate_deadline
 from jobs.tags import validate_tags
-from jobs.validation import validate_job_request
+from jobs.validation import validate_job_request, validate_priority
 from webhooks.validation import validate_callback_url
 
 __all__ = [
@@ -41,6 +41,7 @@ ALLOWED_FIELDS = {
     "metadata",
     "tags",
     "callback_url",
+    "priority",
     *DEADLINE_FIELDS,
 }
 DEFAULT_MAX_TURNS = 10
@@ -70,11 +71,13 @@ class AgentRunRequest:
     tags: list[str] = dataclass_field(default_factory=list)
     callback_url: str = ""
     """Its final state is POSTed there (webhooks/); empty: none."""
+    priority: str = ""
+    """Each turn's job priority as asked; empty: the feature policy's (jobs/priorities.py)."""
 
     def fingerprint(self) -> str:
         fields = {**self.__dict__, "max_cost_usd": str(self.max_cost_usd)}
         del fields["deadline"]
-        for later in ("deadline_given", "tags", "callback_url"):
+        for later in ("deadline_given", "tags", "callback_url", "priority"):
             if not fields[later]:
                 # Runs submitted before the field existed keep the fingerprint they were given.
                 del fields[later]
@@ -95,11 +98,11 @@ def _tools(value: Any) -> list[str]:
         raise _fail("invalid_tools", "tools names a tool twice.", "tools")
     for i, name in enumerate(value):
         if registered_tool(name) is None:
-            raise ValidationFailed(
-                f"No tool named {name!r} is registered.",
-                code="unknown_tool",
-                detail={"field": f"tools[{i}]", "tool": name},
-            )
+            message, known, near = unknown_tool_message(name)
+            detail: dict[str, Any] = {"field": f"tools[{i}]", "tool": name, "tools": known}
+            if near:
+                detail["did_you_mean"] = near
+            raise ValidationFailed(message, code="unknown_tool", detail=detail)
     return list(value)
 
 
@@ -180,7 +183,9 @@ def validate_agent_run_request(
     deadline, deadline_given = validate_deadline(data)
     tags = validate_tags(data.get("tags"))
     callback_url = validate_callback_url(data.get("callback_url"))
+    priority = validate_priority(data.get("priority")) or ""
     return AgentRunRequest(
+        priority=priority,
         feature=request.feature,
         model=request.model,
         messages=request.messages,

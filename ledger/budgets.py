@@ -464,10 +464,16 @@ def budget_settle(*, entry: CostEntry, job: "LlmJob") -> None:
     """
     now = timezone.now()
     touched: set[tuple[int, datetime]] = set()
-    reservations = list(
-        BudgetReservation.objects.filter(job=job, attempt=entry.attempt)
-        .filter(Q(claimed_at__isnull=False) | Q(token__isnull=True))
-        .order_by("budget_id")
+    # A priced tool call holds no reservation (its ``attempt`` numbers the turn's calls, not
+    # the job's attempts): it counts in the current windows.
+    reservations = (
+        []
+        if entry.entry_type == CostEntry.EntryType.TOOL_CALL
+        else list(
+            BudgetReservation.objects.filter(job=job, attempt=entry.attempt)
+            .filter(Q(claimed_at__isnull=False) | Q(token__isnull=True))
+            .order_by("budget_id")
+        )
     )
     by_budget = {r.budget_id: r for r in reservations}
     for reservation in reservations:

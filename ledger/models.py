@@ -144,6 +144,10 @@ class CostEntry(models.Model):
     class EntryType(models.TextChoices):
         ATTEMPT = "attempt", "Attempt"
         CORRECTION = "correction", "Correction"
+        TOOL_CALL = "tool_call", "Priced tool call"
+        """An agent run's call of a priced tool (an MCP server's), booked on the job of the turn
+        that asked for it; ``attempt`` numbers the turn's priced calls, ``request_id`` is the
+        call's ``call_id``."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     job = models.ForeignKey("jobs.LlmJob", on_delete=models.PROTECT, related_name="cost_entries")

@@ -1,4 +1,3 @@
-import difflib
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, time, timedelta
@@ -12,6 +11,7 @@ from django.db.models.functions import TruncDate
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from api.did_you_mean import nearest_name
 from api.errors import ValidationFailed
 from dlq.models import FailureRecord
 from ledger.config_cache import config_snapshot
@@ -45,15 +45,15 @@ def unknown_model_error(model: str) -> ValidationFailed:
     """The refusal of a model without a price: the models there are, and the nearest one when
     the name looks like a typo of it (``claude-sonet-4-6``)."""
     known = priced_models()
-    near = difflib.get_close_matches(model, known, n=1, cutoff=0.8)
+    near = nearest_name(model, known)
     message = f"Model {model!r} has no price; it cannot be run."
     if near:
-        message += f" Did you mean {near[0]!r}?"
+        message += f" Did you mean {near!r}?"
     elif known:
         message += f" Priced models: {', '.join(known)}."
     detail: dict[str, Any] = {"field": "model", "models": known}
     if near:
-        detail["did_you_mean"] = near[0]
+        detail["did_you_mean"] = near
     return ValidationFailed(message, code="unknown_model", detail=detail)
 
 

@@ -14,9 +14,10 @@ result that shows what an estimated attempt really cost is booked as one ``corre
 
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
-from jobs.models import JobAttempt
+from django.db.models import F
+
+from jobs.models import JobAttempt, LlmJob
 from ledger.budgets import budget_reserved_price, budget_settle
 from ledger.hooks import cost_entry_booked
 from ledger.models import CostEntry, ModelPrice
@@ -24,13 +25,11 @@ from ledger.pricing import attempt_cost, broken_stream_cost, upper_bound_cost
 from ledger.selectors import price_for_model
 from providers.models import DEFAULT_PROVIDER
 
-if TYPE_CHECKING:
-    from jobs.models import LlmJob
-
 __all__ = [
     "AttemptRecord",
     "cost_entry_correct_late_result",
     "cost_entry_record_attempt",
+    "cost_entry_record_tool_call",
     "job_upper_bound_cost",
 ]
 
@@ -178,6 +177,31 @@ def cost_entry_correct_late_result(
     )
 
 
+def cost_entry_record_tool_call(
+    *, job: "LlmJob", call_id: str, tool: str, source: str, price_usd: Decimal, is_error: bool
+) -> CostEntry:
+    """Book one call of a priced tool (an MCP server's) on the job of the turn that asked for
+    it, at its price per call. Call inside the transaction that records the call, with the job
+    locked (its priced calls are numbered). The job's ``cost_usd`` includes it, so a run's cost,
+    its ``max_cost_usd`` and every budget of its feature, user and key count it."""
+    booked = CostEntry.objects.filter(job=job, entry_type=CostEntry.EntryType.TOOL_CALL)
+    entry = _create_row(
+        job=job,
+        attempt=booked.count() + 1,
+        record=AttemptRecord(
+            outcome=CostEntry.Outcome.ERROR_RESPONSE if is_error else CostEntry.Outcome.SUCCESS,
+            request_id=call_id[:100],
+        ),
+        model=tool,
+        price=None,
+        cost=price_usd,
+        entry_type=CostEntry.EntryType.TOOL_CALL,
+        provider=source[:40],
+    )
+    LlmJob.objects.filter(id=job.id).update(cost_usd=F("cost_usd") + price_usd)
+    return entry
+
+
 def _create_row(
     *,
     job: "LlmJob",
@@ -190,6 +214,7 @@ def _create_row(
     entry_type: str = CostEntry.EntryType.ATTEMPT,
     corrects: CostEntry | None = None,
     batch_saved_usd: Decimal = Decimal(0),
+    provider: str = "",
 ) -> CostEntry:
     entry = CostEntry.objects.create(
         job=job,
@@ -201,7 +226,7 @@ def _create_row(
         model=corrects.model if corrects else model,
         provider=corrects.provider
         if corrects
-        else (price.provider_name if price else DEFAULT_PROVIDER),
+        else (provider or (price.provider_name if price else DEFAULT_PROVIDER)),
         user_id=job.user_id,
         api_key_id=job.api_key_id,
         price=price,

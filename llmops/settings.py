@@ -13,6 +13,7 @@ from jobs.defaults import LLM_MAX_REQUEST_BYTES
 from keys.hashing import derived_hash_secret
 from llmops.env import DEVELOPMENT_SECRET_KEY, env
 from llmops.queues import AGENTS_QUEUE, ALERTS_QUEUE, DEFAULT_QUEUE, KEY_PREFIX, LLM_QUEUE
+from mcp_tools.defaults import *  # noqa: F403
 from ratelimits.defaults import *  # noqa: F403
 from retention.defaults import *  # noqa: F403
 from tracing.defaults import *  # noqa: F403
@@ -84,6 +85,7 @@ INSTALLED_APPS = [
     "gateway",  # the front doors: the Anthropic and OpenAI APIs at /anthropic and /openai/v1
     "tracing",  # OpenTelemetry spans of jobs, attempts, runs and tools; the admin timelines
     "retention",  # llm_prune: old jobs' and runs' content emptied, rows and money kept
+    "mcp_tools",  # MCP servers whose tools agent runs call as <server>__<tool>
 ]
 
 MIDDLEWARE = [

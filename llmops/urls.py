@@ -3,6 +3,7 @@ from django.contrib.auth.views import LoginView
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from agents.tool_apis import AgentToolListApi
 from agents.views import live_agents_page
 from api.apis import MeApi
 from api.trailing_slash import CATCH_ALL, api_not_found
@@ -37,6 +38,8 @@ urlpatterns = [
     path("api/v1/batches/", include("batches.urls")),
     path("api/v1/pipelines/", include("pipelines.urls")),
     path("api/v1/agent-runs/", include("agents.urls")),
+    path("api/v1/agent-tools/", AgentToolListApi.as_view(), name="agent-tool-list"),
+    path("api/v1/mcp-servers/", include("mcp_tools.urls")),
     path("api/v1/webhooks/", include("webhooks.urls")),
     # The front doors: the providers' own APIs, for their SDKs (docs/front-doors.md).
     path("anthropic/", include(anthropic_urlpatterns)),

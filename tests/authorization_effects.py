@@ -28,6 +28,7 @@ from jobs.services import job_submit
 from keys.models import ApiKey
 from keys.testing import api_key_for
 from ledger.models import Budget, CostEntry, ModelPrice
+from mcp_tools.models import MCPServer
 from pipelines.models import Pipeline
 from pipelines.services import pipeline_create
 from providers.models import Provider
@@ -216,6 +217,10 @@ ACTION_EFFECTS: dict[tuple[str, str], Effect] = {
     ("features.FeaturePolicy", "delete_selected"): (
         lambda world: FeaturePolicy.objects.create(feature=_name()),
         _gone(FeaturePolicy),
+    ),
+    ("mcp_tools.MCPServer", "delete_selected"): (
+        lambda world: MCPServer.objects.create(name=_name(), url="http://127.0.0.1:9/mcp"),
+        _gone(MCPServer),
     ),
     ("dlq.FailureRecord", "delete_selected"): (_failure, _gone(FailureRecord)),
     ("dlq.BulkRequeue", "delete_selected"): (

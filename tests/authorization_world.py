@@ -53,6 +53,7 @@ from keys.models import ApiKey
 from keys.testing import api_key_for
 from ledger.models import Budget, CostEntry, ModelPrice
 from llmops.queues import DEFAULT_QUEUE
+from mcp_tools.models import MCPServer
 from pipelines.services import pipeline_create
 from providers.models import Provider
 from ratelimits.models import RateLimit
@@ -246,6 +247,11 @@ def build_world() -> World:
     )
     group = Group.objects.create(name=MARK)
     feature_policy = FeaturePolicy.objects.create(feature=MARK, fallback_models=[])
+    mcp_server = MCPServer.objects.create(
+        name=MARK,
+        url="http://127.0.0.1:9/mcp",
+        tools=[{"name": "echo", "description": MARK, "input_schema": {"type": "object"}}],
+    )
     provider_batch = ProviderBatch.objects.create(
         provider="anthropic", model=MARK, provider_batch_id=f"msgbatch_{MARK}", status="booked"
     )
@@ -276,6 +282,7 @@ def build_world() -> World:
         "victim_user": victim_user,
         "api_key": api_key,
         "feature_policy": feature_policy,
+        "mcp_server": mcp_server,
         "provider_batch": provider_batch,
         "provider_batch_item": provider_batch_item,
         "webhook_delivery": webhook_delivery,
@@ -310,6 +317,7 @@ def build_world() -> World:
         "api_key": str(api_key.id),
         "feature": MARK,
         "feature_policy": str(feature_policy.id),
+        "mcp_server": str(mcp_server.id),
         "audit_record": str(AuditRecord.objects.order_by("id").values_list("id", flat=True)[0]),
         "provider_batch": str(provider_batch.id),
         "provider_batch_item": str(provider_batch_item.id),

@@ -120,6 +120,10 @@ TABLE: list[Door] = [
     D("api", "GET /api/v1/agent-runs/{agent_run}/", "agents.view_agentrun", "200+", 404, 401, 404, "200+"),
     D("api", "POST /api/v1/agent-runs/{agent_run}/approvals/{agent_call}/", "agents.approve_agentrun", 200, 404, 401, 404, 200),
     D("api", "POST /api/v1/agent-runs/{agent_run}/cancel/", "agents.cancel_agentrun", 200, 404, 401, 404, 200),
+    D("api", "GET /api/v1/agent-tools/", "", 200, 200, 401, 200, 200),
+    # MCP servers: staff with the view permission read, add and change register (mcp_tools/)
+    D("api", "GET /api/v1/mcp-servers/", "mcp_tools.view_mcpserver", 403, 403, 401, 403, "200+"),
+    D("api", "POST /api/v1/mcp-servers/", "mcp_tools.add_mcpserver mcp_tools.change_mcpserver", 403, 403, 401, 403, 400, has="mcp_tools.view_mcpserver"),
     # --- the Anthropic door's Message Batches: an API key's own, nobody else's (staff included) -
     D("door", "GET /anthropic/v1/messages/batches", "", 200, 200, 401, 200, 200),
     D("door", "POST /anthropic/v1/messages/batches", "", 200, 200, 401, 200, 200),
@@ -227,6 +231,12 @@ TABLE: list[Door] = [
     D("admin", "GET /admin/features/featurepolicy/{feature_policy}/delete/", "features.delete_featurepolicy", L, L, L, 403, 200),
     D("admin", "GET /admin/features/featurepolicy/{feature_policy}/history/", "features.view_featurepolicy", L, L, L, 403, 200),
     D("admin", "GET /admin/features/featurepolicy/{feature_policy}/", "features.view_featurepolicy", L, L, L, 302, 302),
+    D("admin", "GET /admin/mcp_tools/mcpserver/", "mcp_tools.view_mcpserver", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/mcp_tools/mcpserver/add/", "mcp_tools.add_mcpserver", L, L, L, 403, 200),
+    D("admin", "GET /admin/mcp_tools/mcpserver/{mcp_server}/change/", "mcp_tools.view_mcpserver", L, L, L, 403, "200+"),
+    D("admin", "GET /admin/mcp_tools/mcpserver/{mcp_server}/delete/", "mcp_tools.delete_mcpserver", L, L, L, 403, 200),
+    D("admin", "GET /admin/mcp_tools/mcpserver/{mcp_server}/history/", "mcp_tools.view_mcpserver", L, L, L, 403, 200),
+    D("admin", "GET /admin/mcp_tools/mcpserver/{mcp_server}/", "mcp_tools.view_mcpserver", L, L, L, 302, 302),
     D("admin", "GET /admin/dlq/failurerecord/", "dlq.view_failurerecord", L, L, L, 403, "200+"),
     D("admin", "GET /admin/dlq/failurerecord/add/", "dlq.add_failurerecord", L, L, L, 403, 403),
     D("admin", "GET /admin/dlq/failurerecord/{failure}/change/", "dlq.view_failurerecord", L, L, L, 403, "200+"),
@@ -390,6 +400,7 @@ TABLE: list[Door] = [
     D("action", "deferred.ProviderBatchItem delete_selected", "deferred.delete_providerbatchitem", "refused", "refused", "refused", "refused", "refused", has="deferred.view_providerbatchitem"),
     D("action", "ledger.Budget delete_selected", "ledger.delete_budget", "refused", "refused", "refused", "refused", "done", has="ledger.view_budget"),
     D("action", "features.FeaturePolicy delete_selected", "features.delete_featurepolicy", "refused", "refused", "refused", "refused", "done", has="features.view_featurepolicy"),
+    D("action", "mcp_tools.MCPServer delete_selected", "mcp_tools.delete_mcpserver", "refused", "refused", "refused", "refused", "done", has="mcp_tools.view_mcpserver"),
     D("action", "ledger.ModelPrice delete_selected", "ledger.delete_modelprice", "refused", "refused", "refused", "refused", "done", has="ledger.view_modelprice"),
     D("action", "dlq.FailureRecord delete_selected", "dlq.delete_failurerecord", "refused", "refused", "refused", "refused", "refused", has="dlq.view_failurerecord"),
     D("action", "dlq.BulkRequeue delete_selected", "dlq.delete_bulkrequeue", "refused", "refused", "refused", "refused", "refused", has="dlq.view_bulkrequeue"),
@@ -541,7 +552,7 @@ SCOPES: dict[str | None, list[str]] = {
         "GET /api/v1/batches/{batch}/", "GET /api/v1/batches/{batch}/jobs/",
         "GET /api/v1/embeddings/{embedding}/", "GET /api/v1/batches/{embedding_batch}/embeddings/",
         "GET /api/v1/pipelines/", "GET /api/v1/pipelines/{pipeline}/",
-        "GET /api/v1/agent-runs/", "GET /api/v1/agent-runs/{agent_run}/",
+        "GET /api/v1/agent-runs/", "GET /api/v1/agent-runs/{agent_run}/", "GET /api/v1/agent-tools/",
         "/ws/jobs/", "/ws/jobs/?job={job}", "/ws/jobs/?job=not-a-uuid", "/ws/jobs/?all=1",
     ],
     "jobs:write": [
@@ -559,7 +570,7 @@ SCOPES: dict[str | None, list[str]] = {
         "POST /api/v1/failures/{failure}/requeue/", "POST /api/v1/failures/{failure}/resolve/",
         "GET /api/v1/features/", "GET /api/v1/features/{feature}/", "PUT /api/v1/features/{feature}/",
         "GET /api/v1/keys/", "POST /api/v1/keys/", "POST /api/v1/keys/{api_key}/revoke/",
-        "POST /api/v1/keys/{api_key}/rotate/",
+        "POST /api/v1/keys/{api_key}/rotate/", "GET /api/v1/mcp-servers/", "POST /api/v1/mcp-servers/",
     ],
     None: ["GET /api/v1/me/"],  # any key: who am I
 }

@@ -1,0 +1,75 @@
+"""The MCP servers in the admin: registered and changed through the same checks and listing as
+``llm_mcp add`` (mcp_tools/services.py); ``llm_mcp refresh NAME`` lists its tools again."""
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+
+from api.errors import ApplicationError
+from mcp_tools.models import MCPServer
+from mcp_tools.registry import SEPARATOR, offered_tools
+from mcp_tools.services import mcp_server_prepare
+
+
+class MCPServerForm(forms.ModelForm):
+    class Meta:
+        model = MCPServer
+        fields = [
+            "name",
+            "url",
+            "auth",
+            "bearer_env",
+            "oauth_token_url",
+            "oauth_client_id",
+            "oauth_secret_env",
+            "oauth_scope",
+            "timeout_seconds",
+            "enabled",
+            "allowed_tools",
+            "approval_tools",
+            "price_per_call_usd",
+            "tool_prices",
+        ]
+
+    def clean(self) -> dict[str, Any] | None:
+        cleaned = super().clean()
+        if not self.errors:
+            try:
+                mcp_server_prepare(self.instance)  # the instance holds the form's values
+            except ApplicationError as exc:
+                raise forms.ValidationError(exc.message) from None
+        return cleaned
+
+
+@admin.register(MCPServer)
+class MCPServerAdmin(admin.ModelAdmin):
+    form = MCPServerForm
+    list_display = ["name", "url", "auth", "enabled", "tool_count", "consecutive_failures"]
+    list_filter = ["enabled", "auth"]
+    search_fields = ["name", "url"]
+    readonly_fields = [
+        "offered",
+        "tools_refreshed_at",
+        "consecutive_failures",
+        "last_error",
+        "last_failure_at",
+        "created_at",
+        "updated_at",
+    ]
+
+    @admin.display(description="tools")
+    def tool_count(self, server: MCPServer) -> int:
+        return len(offered_tools(server))
+
+    @admin.display(description="offered tools")
+    def offered(self, server: MCPServer) -> str:
+        approval = set(server.approval_tools or [])
+        return (
+            ", ".join(
+                f"{server.name}{SEPARATOR}{tool['name']}"
+                + (" (approval)" * (tool["name"] in approval))
+                for tool in offered_tools(server)
+            )
+            or "-"
+        )
