@@ -60,7 +60,7 @@ lint: dev-venv
 	$(BIN)/ruff format --check .
 
 typecheck: dev-venv
-	$(BIN)/mypy llmops api runtime loops providers jobs ledger alerts dlq metrics fake_provider ops ratelimits batches pipelines agents chaos keys embeddings features deferred audit webhooks gateway tracing
+	$(BIN)/mypy llmops api runtime loops providers jobs ledger alerts dlq metrics fake_provider ops ratelimits batches pipelines agents chaos keys embeddings features deferred audit webhooks gateway tracing mcp_tools
 
 test: dev-venv system services browser tools lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \

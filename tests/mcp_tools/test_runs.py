@@ -193,3 +193,36 @@ def test_a_priced_call_over_the_runs_max_cost_is_not_made(
     assert step.is_error and step.output.startswith("Not called: paid__add costs $0.25")
     assert not any(c[1] == step.call_id for c in mcp_server.calls())
     assert not CostEntry.objects.filter(entry_type="tool_call").exists()
+
+
+def test_a_slow_server_gives_an_error_result_at_its_timeout_and_the_run_goes_on(
+    alice_client, agent_workers, mcp_server, mcp_token
+):
+    register("slow", mcp_server.url, "--timeout", "1")
+    body = run_body(
+        [call("slow__notify", team="ops", text="late", seconds=4)], "done", tools=["slow__notify"]
+    )
+    run = start_run(alice_client, body)
+    started = time.monotonic()
+    agent_workers.drain()
+
+    assert time.monotonic() - started < 4  # ended at the server's timeout, not the tool's end
+    assert detail(alice_client, run)["status"] == "completed"
+    step = tool_step(run, "slow__notify")
+    assert step.is_error and "no answer within its timeout (1 s)" in step.output
+    assert MCPServer.objects.get(name="slow").consecutive_failures == 1
+
+
+def test_a_401_gives_an_error_result_that_never_says_the_token(
+    alice_client, agent_workers, mcp_server, mcp_token, monkeypatch
+):
+    register("team", mcp_server.url)
+    monkeypatch.setenv(TOKEN_ENV, "a-revoked-token")  # the token was rotated on the server
+    body = run_body([call("team__add", a=1, b=1)], "done", tools=["team__add"])
+    run = start_run(alice_client, body)
+    agent_workers.drain()
+
+    assert detail(alice_client, run)["status"] == "completed"
+    step = tool_step(run, "team__add")
+    assert step.is_error and "HTTP 401" in step.output and "a-revoked-token" not in step.output
+    assert not any(c[1] == step.call_id for c in mcp_server.calls())
