@@ -59,6 +59,12 @@ class AgentRunSubmitSerializer(serializers.Serializer):
         max_length=10,
         help_text="Slugs (lowercased), on the run and every turn's job.",
     )
+    priority = serializers.ChoiceField(
+        choices=["high", "normal", "low"],
+        required=False,
+        allow_null=True,
+        help_text="Every turn's job priority (absent: the feature policy's default, else normal).",
+    )
     callback_url = serializers.URLField(
         required=False,
         allow_null=True,

@@ -55,6 +55,12 @@ class AgentRun(models.Model):
     max_turns = models.PositiveIntegerField(default=10)
     max_cost_usd = models.DecimalField(max_digits=16, decimal_places=6, null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    priority = models.CharField(
+        max_length=6,
+        blank=True,
+        help_text="Each turn's job priority (high, normal, low) as asked; empty: the feature "
+        "policy's default.",
+    )
     deadline = models.DateTimeField(
         null=True,
         blank=True,

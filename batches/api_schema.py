@@ -27,6 +27,7 @@ class BatchItemSerializer(JobSubmitSerializer):
     feature = None  # type: ignore[assignment]
     model = None  # type: ignore[assignment]
     concurrency_key = None  # type: ignore[assignment]
+    priority = None  # type: ignore[assignment]
 
 
 class BatchSubmitSerializer(serializers.Serializer):
@@ -81,6 +82,12 @@ class BatchSubmitSerializer(serializers.Serializer):
         allow_null=True,
         max_length=10,
         help_text="Slugs (lowercased), on the batch and every job (`?tag=`, `group_by=tag`).",
+    )
+    priority = serializers.ChoiceField(
+        choices=["high", "normal", "low"],
+        required=False,
+        allow_null=True,
+        help_text="Every job's priority (absent: the feature policy's default, else normal).",
     )
     allow_failures = serializers.BooleanField(
         required=False,

@@ -12,7 +12,7 @@ from django.conf import settings
 from api.errors import ValidationFailed
 from jobs.deadlines import DEADLINE_FIELDS, validate_deadline
 from jobs.tags import validate_tags
-from jobs.validation import JobRequest
+from jobs.validation import JobRequest, validate_priority
 from webhooks.validation import MAX_CALLBACK_URL_LENGTH, validate_callback_url
 
 __all__ = [
@@ -39,6 +39,7 @@ BATCH_FIELDS = frozenset(
         "callback_url",
         "dimensions",
         "mode",
+        "priority",
         "tags",
         *DEADLINE_FIELDS,
     }
@@ -68,6 +69,8 @@ class BatchRequest:
     tags: list[str] = dataclass_field(default_factory=list)
     mode: Any = None
     """realtime or deferred for every job (None: the feature policy's)."""
+    priority: Any = None
+    """high, normal or low for every job (None: the feature policy's)."""
 
     def shared(self) -> dict[str, Any]:
         """The job fields every item takes from the batch: one deadline for all of them (a
@@ -79,6 +82,8 @@ class BatchRequest:
             shared["tags"] = self.tags
         if self.mode is not None:
             shared["mode"] = self.mode
+        if self.priority is not None:
+            shared["priority"] = self.priority
         return shared
 
 
@@ -145,6 +150,7 @@ def validate_batch_request(data: Any) -> BatchRequest:
         )
     return BatchRequest(
         mode=data.get("mode"),
+        priority=validate_priority(data.get("priority")),
         name=name.strip(),
         feature=data.get("feature"),
         model=data.get("model"),

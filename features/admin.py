@@ -26,7 +26,7 @@ class FeaturePolicyForm(forms.ModelForm):
 
     class Meta:
         model = FeaturePolicy
-        fields = ["feature", "fallback_models", "mode", "deadline_seconds"]
+        fields = ["feature", "fallback_models", "mode", "deadline_seconds", "default_priority"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -56,6 +56,7 @@ class FeaturePolicyAdmin(admin.ModelAdmin):
         "fallback_list",
         "mode",
         "deadline_seconds",
+        "default_priority",
         "paused",
         "updated_at",
         "updated_by",
@@ -97,6 +98,7 @@ class FeaturePolicyAdmin(admin.ModelAdmin):
             fallback_models=form.cleaned_data["fallback_models"],
             mode=form.cleaned_data["mode"],
             deadline_seconds=form.cleaned_data.get("deadline_seconds"),
+            default_priority=form.cleaned_data.get("default_priority", ""),
             by=request.user,  # type: ignore[arg-type]
         )
         obj.pk, obj.updated_at = saved.pk, saved.updated_at

@@ -26,7 +26,7 @@ from features.services import (
 from keys.permissions import HasScope
 from keys.scopes import ADMIN
 
-POLICY_FIELDS = ("fallback_models", "mode", "deadline_seconds", "paused")
+POLICY_FIELDS = ("fallback_models", "mode", "deadline_seconds", "paused", "default_priority")
 """What a PUT may set; a field left out keeps its value."""
 
 
@@ -47,6 +47,11 @@ class FeaturePolicyOutputSerializer(serializers.Serializer):
         help_text="True: its jobs are accepted and wait (held_reason feature_paused), nothing "
         "is sent; resumed, they run in their order."
     )
+    default_priority = serializers.CharField(
+        allow_null=True,
+        help_text="high, normal or low: the priority of its jobs that ask for none (null: "
+        "normal, or high for a feature in LLM_PRIORITY_FEATURES).",
+    )
     waiting = serializers.IntegerField(
         help_text="Its jobs parked while it is paused (queued or retrying, held_reason set)."
     )
@@ -65,6 +70,7 @@ def _body(policy: FeaturePolicy | None, feature: str) -> dict[str, Any]:
             "mode": "realtime",
             "deadline_seconds": None,
             "paused": False,
+            "default_priority": None,
             "waiting": 0,
             "configured": False,
             "updated_at": None,
@@ -76,6 +82,7 @@ def _body(policy: FeaturePolicy | None, feature: str) -> dict[str, Any]:
         "mode": policy.mode,
         "deadline_seconds": policy.deadline_seconds,
         "paused": policy.paused,
+        "default_priority": policy.default_priority or None,
         "waiting": parked_count(feature=policy.feature) if policy.paused else 0,
         "configured": True,
         "updated_at": policy.updated_at,
@@ -146,6 +153,12 @@ class FeatureDetailApi(APIView):
             required=False,
             help_text="true: its jobs wait (accepted, nothing sent); false: resumed, they run.",
         )
+        default_priority = serializers.ChoiceField(
+            choices=["high", "normal", "low"],
+            required=False,
+            allow_null=True,
+            help_text="The priority of its jobs that ask for none; null removes it.",
+        )
 
     @extend_schema(
         operation_id="features_retrieve",
@@ -177,6 +190,7 @@ class FeatureDetailApi(APIView):
                         "invalid_mode",
                         "invalid_deadline",
                         "invalid_paused",
+                        "invalid_priority",
                         "unknown_model",
                         "unknown_field",
                     ],
@@ -228,6 +242,7 @@ class FeatureDetailApi(APIView):
             mode=data.get("mode"),
             deadline_seconds=data.get("deadline_seconds", UNCHANGED),
             paused=validate_paused(data["paused"]) if "paused" in data else None,
+            default_priority=data.get("default_priority", UNCHANGED),
             by=cast(User, request.user),
         )
         return Response(FeaturePolicyOutputSerializer(_body(policy, policy.feature)).data)

@@ -30,6 +30,13 @@ class FeaturePolicy(models.Model):
         blank=True,
         help_text="The deadline of the feature's jobs that give none, in seconds from submit.",
     )
+    default_priority = models.CharField(
+        max_length=6,
+        blank=True,
+        choices=[("high", "High"), ("normal", "Normal"), ("low", "Low")],
+        help_text="The priority of the feature's jobs that do not ask for one (empty: normal, "
+        "or high for a feature in LLM_PRIORITY_FEATURES).",
+    )
     paused = models.BooleanField(
         default=False,
         help_text="Its jobs are accepted and wait (queued, held_reason feature_paused): nothing "

@@ -33,14 +33,15 @@ def fallback_models_for(*, feature: str) -> list[str]:
     return list(models or [])
 
 
-def feature_defaults(*, feature: str) -> tuple[str, int | None]:
-    """The feature's default mode (``realtime`` without a policy) and deadline in seconds."""
+def feature_defaults(*, feature: str) -> tuple[str, int | None, str]:
+    """The feature's default mode (``realtime`` without a policy), deadline in seconds and
+    priority ('' if none: jobs/admission.py decides)."""
     row = (
         FeaturePolicy.objects.filter(feature=feature)
-        .values_list("mode", "deadline_seconds")
+        .values_list("mode", "deadline_seconds", "default_priority")
         .first()
     )
-    return (row[0], row[1]) if row else ("realtime", None)
+    return (row[0], row[1], row[2]) if row else ("realtime", None, "")
 
 
 def parked_count(*, feature: str) -> int:

@@ -93,7 +93,7 @@ def validate_policy_deadline(seconds: Any) -> int | None:
 
 
 UNCHANGED: Any = object()
-"""``deadline_seconds`` left as it is (None removes the default)."""
+"""``deadline_seconds`` or ``default_priority`` left as it is (None removes the default)."""
 
 
 def validate_policy_mode(mode: Any) -> str:
@@ -104,6 +104,19 @@ def validate_policy_mode(mode: Any) -> str:
     return str(mode)
 
 
+def validate_default_priority(priority: Any) -> str:
+    """high, normal or low; null or '' removes the default."""
+    if priority in (None, ""):
+        return ""
+    if priority not in ("high", "normal", "low"):
+        raise ValidationFailed(
+            "default_priority must be 'high', 'normal' or 'low' (null removes it).",
+            code="invalid_priority",
+            detail={"field": "default_priority"},
+        )
+    return str(priority)
+
+
 @transaction.atomic
 def feature_policy_update(
     *,
@@ -112,16 +125,20 @@ def feature_policy_update(
     mode: str | None = None,
     deadline_seconds: Any = UNCHANGED,
     paused: bool | None = None,
+    default_priority: Any = UNCHANGED,
     by: User | None = None,
 ) -> FeaturePolicy:
     """Create a feature's policy or change the settings given (None: left as it is). Jobs
     already waiting follow the fallbacks from their next move on; a job's own model always
-    comes first. ``mode`` is the default of jobs submitted from now on."""
+    comes first. ``mode`` and ``default_priority`` are the defaults of jobs submitted from now
+    on."""
     feature = validate_feature(feature)
     models = None if fallback_models is None else validate_fallback_models(fallback_models)
     mode = None if mode is None else validate_policy_mode(mode)
     if deadline_seconds is not UNCHANGED:
         deadline_seconds = validate_policy_deadline(deadline_seconds)
+    if default_priority is not UNCHANGED:
+        default_priority = validate_default_priority(default_priority)
     try:
         with transaction.atomic():
             policy, _ = FeaturePolicy.objects.get_or_create(feature=feature)
@@ -134,6 +151,8 @@ def feature_policy_update(
         policy.mode = mode
     if deadline_seconds is not UNCHANGED:
         policy.deadline_seconds = deadline_seconds
+    if default_priority is not UNCHANGED:
+        policy.default_priority = default_priority
     resumed = paused is False and policy.paused
     if paused is not None:
         if paused and not policy.paused:

@@ -18,8 +18,7 @@ __all__ = [
 DEFAULT_FEATURE = "default"
 """The feature of a call without ``LLM-Feature``: budgets and costs are kept per feature."""
 PRIORITIES = ("high", "normal", "low")
-"""``LLM-Priority``: checked only. Jobs have no priority of their own yet (issue 43 brings it), so
-today it changes nothing of the order in which calls run."""
+"""``LLM-Priority``: the job's ``priority`` (jobs/priorities.py); absent, the feature policy's."""
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
@@ -42,6 +41,8 @@ class CallOptions:
             fields["tags"] = self.tags
         if self.deadline_seconds is not None:
             fields["deadline_seconds"] = self.deadline_seconds
+        if self.priority is not None:
+            fields["priority"] = self.priority
         return fields
 
 

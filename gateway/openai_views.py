@@ -111,6 +111,7 @@ def _translate_embeddings(body: Any, options: CallOptions) -> JobRequest:
         deadline=deadline,
         deadline_given=given,
         mode="realtime",
+        priority=options.priority,
     )
 
 

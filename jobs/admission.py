@@ -149,22 +149,30 @@ def idempotency_key_hash(key: str) -> str:
 
 def policy_defaults(request: "JobRequest", *, memo: dict[Any, Any] | None = None) -> "JobRequest":
     """The request with what its feature policy gives a job that does not say (features/): its
-    mode, and a deadline ``deadline_seconds`` from now. ``memo``: one policy read per feature,
-    model and asked mode for many jobs at once (jobs/bulk.py)."""
+    mode, its priority (``high`` for a feature in ``LLM_PRIORITY_FEATURES`` without one, else
+    ``normal``), and a deadline ``deadline_seconds`` from now. ``memo``: one policy read per
+    feature, model, asked mode and priority for many jobs at once (jobs/bulk.py)."""
     from features.selectors import feature_defaults
 
-    key = (request.feature, request.model, request.mode)
+    key = (request.feature, request.model, request.mode, request.priority)
     if memo is not None and key in memo:
-        mode, deadline_seconds = memo[key]
+        mode, deadline_seconds, priority = memo[key]
     else:
-        policy_mode, deadline_seconds = feature_defaults(feature=request.feature)
+        policy_mode, deadline_seconds, policy_priority = feature_defaults(feature=request.feature)
         mode = _runnable_mode(model=request.model, mode=request.mode or policy_mode)
+        priority = request.priority or policy_priority or _setting_priority(request.feature)
         if memo is not None:
-            memo[key] = (mode, deadline_seconds)
-    changes: dict[str, Any] = {"mode": mode}
+            memo[key] = (mode, deadline_seconds, priority)
+    changes: dict[str, Any] = {"mode": mode, "priority": priority}
     if request.deadline is None and deadline_seconds:
         changes["deadline"] = timezone.now() + timedelta(seconds=deadline_seconds)
     return replace(request, **changes)
+
+
+def _setting_priority(feature: str) -> str:
+    from ratelimits.configured_limits import is_priority_feature
+
+    return "high" if is_priority_feature(feature) else "normal"
 
 
 def _runnable_mode(*, model: str, mode: str) -> str:

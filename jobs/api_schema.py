@@ -102,6 +102,14 @@ class JobSubmitSerializer(serializers.Serializer):
         max_length=MAX_CONCURRENCY_KEY_LENGTH,
         help_text="Jobs sharing a key run one at a time (LLM_CONCURRENCY_KEY_LIMITS).",
     )
+    priority = serializers.ChoiceField(
+        choices=["high", "normal", "low"],
+        required=False,
+        allow_null=True,
+        help_text="high leaves the queue and passes the rate limiter before waiting normal jobs, "
+        "low after them (at most LLM_PRIORITY_MAX_WAIT_SECONDS behind newer work); absent: the "
+        "feature policy's default_priority, else normal (else `invalid_priority`).",
+    )
     tools = serializers.ListField(
         child=serializers.DictField(),
         required=False,

@@ -17,5 +17,9 @@ class JobsConfig(AppConfig):
     def ready(self) -> None:
         # Registers the live-events subscriber of every LlmJob transition, and the settings checks.
         from jobs import breaker, checks, events  # noqa: F401
+        from runtime import queue_order
+
+        # Every push to the llm queue keeps its lanes: high, normal, low (jobs/priorities.py).
+        queue_order.install()
 
         breaker.breaker_closed.connect(_release_held_jobs, dispatch_uid="jobs_release_held")

@@ -20,6 +20,8 @@ __all__ = [
     "LLM_FALLBACK_AFTER_WAIT_SECONDS",
     "LLM_HEARTBEAT_SECONDS",
     "LLM_LOST_QUEUE_GRACE_SECONDS",
+    "LLM_PRIORITY_MAX_WAIT_SECONDS",
+    "LLM_PRIORITY_WEIGHT_FACTOR",
     "LLM_MAX_ATTEMPTS",
     "LLM_MAX_REQUEST_BYTES",
     "LLM_OVERDUE_RETRY_ALERT_SECONDS",
@@ -62,6 +64,11 @@ LLM_RETRY_DELAY_SCALE = env.number("LLM_RETRY_DELAY_SCALE", 1.0, minimum=0.0)
 LLM_HEARTBEAT_SECONDS = env.number("LLM_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
 LLM_STALE_AFTER_SECONDS = env.number("LLM_STALE_AFTER_SECONDS", 45.0, minimum=1.0)
 LLM_LOST_QUEUE_GRACE_SECONDS = env.number("LLM_LOST_QUEUE_GRACE_SECONDS", 30.0, minimum=0.0)
+# Priorities (jobs/priorities.py): a low job waits at most this long behind newer work before
+# the reconciler moves it to the front; a high job's limiter line weighs this many times its
+# feature's weight (a low one's that many times less).
+LLM_PRIORITY_MAX_WAIT_SECONDS = env.number("LLM_PRIORITY_MAX_WAIT_SECONDS", 600.0, minimum=0.0)
+LLM_PRIORITY_WEIGHT_FACTOR = env.number("LLM_PRIORITY_WEIGHT_FACTOR", 10.0, minimum=1.0)
 # A killed worker's job runs again within two minutes: the arithmetic in jobs/reconciler.py.
 LLM_RECONCILE_INTERVAL = env.number("LLM_RECONCILE_INTERVAL", 10.0, minimum=0.1)
 # rq's scheduler polls every second: 15 s is many of its passes, not one late poll.

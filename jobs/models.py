@@ -210,6 +210,13 @@ class LlmJob(models.Model):
     error_http_status = models.PositiveSmallIntegerField(null=True, blank=True)
     error_message = models.TextField(blank=True)
     error_severity = models.CharField(max_length=10, blank=True)
+    priority = models.CharField(
+        max_length=6,
+        choices=[("high", "High"), ("normal", "Normal"), ("low", "Low")],
+        default="normal",
+        help_text="high jobs leave the queue and pass the rate limiter before normal ones, low "
+        "after (jobs/priorities.py); as asked, else the feature policy's default.",
+    )
     held_reason = models.CharField(
         max_length=40,
         blank=True,

@@ -39,10 +39,12 @@ from rq.job import Job
 
 from jobs.breaker import breakers_held
 from jobs.models import LlmJob
+from jobs.priorities import LOW
 from jobs.services import job_enqueue_again, job_recover
 from ledger.budgets import budget_release_unclaimed
 from llmops.queues import LLM_QUEUE, job_lock_key
 from providers.selectors import provider_models
+from runtime.queue_order import promote_to_front
 from runtime.rq_jobs import (
     rq_job_awaits_scheduler,
     rq_job_is_alive,
@@ -89,6 +91,8 @@ class ReconcileReport:
     requeued_overdue: int = 0
     requeued_abandoned: int = 0
     """Waiting jobs a dead worker had taken off the queue before their claim."""
+    promoted_low: int = 0
+    """Low-priority jobs that waited LLM_PRIORITY_MAX_WAIT_SECONDS, moved to the queue's front."""
     held_by_breaker: bool = False
 
     @property
@@ -98,6 +102,7 @@ class ReconcileReport:
             or self.recovered_stale
             or self.requeued_overdue
             or self.requeued_abandoned
+            or self.promoted_low
         )
 
     def __str__(self) -> str:
@@ -105,6 +110,10 @@ class ReconcileReport:
             f"re-enqueued {self.requeued_lost} lost, recovered {self.recovered_stale} stale, "
             f"re-enqueued {self.requeued_overdue} overdue retries, "
             f"re-enqueued {self.requeued_abandoned} held by dead workers"
+        ) + (
+            f", moved {self.promoted_low} starved low-priority jobs ahead"
+            if self.promoted_low
+            else ""
         )
         return text + (" (circuit breaker open)" if self.held_by_breaker else "")
 
@@ -292,9 +301,42 @@ def _requeue(
                     return
 
 
+def promote_starved_low_jobs(report: ReconcileReport | None = None) -> ReconcileReport:
+    """The starvation bound of low priority (jobs/priorities.py): a low job still on the queue
+    ``LLM_PRIORITY_MAX_WAIT_SECONDS`` after it was enqueued goes to the front of the queue."""
+    report = report or ReconcileReport()
+    cutoff = timezone.now() - timedelta(seconds=settings.LLM_PRIORITY_MAX_WAIT_SECONDS)
+    starved = list(
+        LlmJob.objects.filter(
+            status__in=(LlmJob.Status.QUEUED, LlmJob.Status.RETRYING),
+            priority=LOW,
+            enqueued_at__lt=cutoff,
+            held_reason="",
+        )
+        .exclude(mode=LlmJob.Mode.DEFERRED)
+        .order_by("enqueued_at")
+        .values_list("id", "rq_job_id")[:BATCH]
+    )
+    if not starved:
+        return report
+    queue = django_rq.get_queue(LLM_QUEUE)
+    # Oldest last: each goes to the very front, so the oldest ends up first.
+    for job_id, rq_job_id in reversed(starved):
+        if rq_job_id and promote_to_front(queue, rq_job_id):
+            report.promoted_low += 1
+            logger.info(
+                "job %s (low priority) waited %ss: moved to the front of the queue",
+                job_id,
+                int(settings.LLM_PRIORITY_MAX_WAIT_SECONDS),
+                extra={"job_id": str(job_id)},
+            )
+    return report
+
+
 def reconcile_jobs() -> ReconcileReport:
     report = ReconcileReport()
     _recover_stale(report)
     requeue_waiting_jobs(report=report)
+    promote_starved_low_jobs(report)
     budget_release_unclaimed()  # reservations whose copy died before its claim (ledger/budgets.py)
     return report

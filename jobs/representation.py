@@ -41,6 +41,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "served_by",
             "kind",
             "mode",
+            "priority",
             "provider_batch",
             "concurrency_key",
             "tags",

@@ -11,10 +11,17 @@ from typing import Any
 
 from api.errors import ValidationFailed
 from jobs.deadlines import DEADLINE_FIELDS, validate_deadline
+from jobs.priorities import PRIORITIES
 from jobs.request_params import PARAM_FIELDS, validate_params
 from jobs.tags import validate_tags
 
-__all__ = ["JobRequest", "validate_feature_and_model", "validate_job_request", "validate_mode"]
+__all__ = [
+    "JobRequest",
+    "validate_feature_and_model",
+    "validate_job_request",
+    "validate_mode",
+    "validate_priority",
+]
 
 ALLOWED_FIELDS = {
     "feature",
@@ -26,6 +33,7 @@ ALLOWED_FIELDS = {
     "metadata",
     "concurrency_key",
     "mode",
+    "priority",
     "tags",
     *DEADLINE_FIELDS,
     *PARAM_FIELDS,
@@ -66,6 +74,8 @@ class JobRequest:
     deadline_given: str | None = None
     """The deadline as submitted (``seconds:<n>`` or the ISO time): what the fingerprint keeps."""
     tags: list[str] | None = None
+    priority: str | None = None
+    """high, normal or low as asked; None: the feature policy's (jobs/admission.py)."""
 
     def fingerprint(self) -> str:
         # The fields as they are: json.dumps walks them without the deep copy asdict makes
@@ -74,7 +84,15 @@ class JobRequest:
         if fields["kind"] == "chat":
             del fields["kind"]
         del fields["deadline"]  # as given, in deadline_given
-        for later in ("concurrency_key", "params", "input", "deadline_given", "tags", "mode"):
+        for later in (
+            "concurrency_key",
+            "params",
+            "input",
+            "deadline_given",
+            "tags",
+            "mode",
+            "priority",
+        ):
             if not fields[later]:
                 # Jobs submitted before the field existed keep the fingerprint they were given.
                 del fields[later]
@@ -254,6 +272,13 @@ def validate_mode(mode: Any) -> str | None:
     raise _fail("invalid_mode", "mode must be 'realtime' or 'deferred'.", "mode")
 
 
+def validate_priority(priority: Any, *, field: str = "priority") -> str | None:
+    """``high``, ``normal``, ``low`` or None (the feature policy's default)."""
+    if priority is None or priority in PRIORITIES:
+        return priority
+    raise _fail("invalid_priority", f"{field} must be 'high', 'normal' or 'low'.", field)
+
+
 def validate_job_request(data: Any) -> JobRequest:
     """Check the shape of a submit body. Model existence and limits are checked by the service,
     which knows the price table."""
@@ -333,6 +358,7 @@ def validate_job_request(data: Any) -> JobRequest:
     tags = validate_tags(data.get("tags"))
     return JobRequest(
         mode=mode,
+        priority=validate_priority(data.get("priority")),
         feature=feature,
         model=model,
         messages=messages,

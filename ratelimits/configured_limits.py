@@ -26,6 +26,7 @@ __all__ = [
     "configured_limits",
     "feature_weight",
     "is_priority_feature",
+    "limiter_line",
     "settings_limits",
 ]
 
@@ -111,5 +112,21 @@ def feature_weight(feature: str) -> float:
 
 
 def is_priority_feature(feature: str) -> bool:
-    """Whether the feature's jobs go to the front of the llm queue (LLM_PRIORITY_FEATURES)."""
+    """Whether the feature's jobs default to priority high (LLM_PRIORITY_FEATURES; a feature
+    policy's ``default_priority`` comes first: jobs/admission.py)."""
     return feature in settings.LLM_PRIORITY_FEATURES
+
+
+def limiter_line(feature: str, priority: str) -> tuple[str, dict[str, float]]:
+    """The line a job waits in at the limiter and the weights it is shared by: its feature's
+    for a normal job; for a high one a line of its own that weighs
+    ``LLM_PRIORITY_WEIGHT_FACTOR`` times the feature's (admitted before the feature's and the
+    others' waiting normal calls), for a low one that many times less (jobs/priorities.py)."""
+    weights = dict(settings.LLM_FEATURE_WEIGHTS)
+    if priority not in ("high", "low"):
+        return feature, weights
+    factor = float(settings.LLM_PRIORITY_WEIGHT_FACTOR)
+    base = feature_weight(feature)
+    line = f"{feature}~{priority}"
+    weights[line] = base * factor if priority == "high" else base / factor
+    return line, weights

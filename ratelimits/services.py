@@ -21,7 +21,7 @@ from providers.base import ProviderOutcome
 from providers.errors import failure_reason
 from providers.ratelimit_headers import MAX_PAUSE_SECONDS, learned_from_headers, pause_after_429
 from providers.selectors import provider_name_for_model
-from ratelimits.configured_limits import config_cache_clear, configured_limits
+from ratelimits.configured_limits import config_cache_clear, configured_limits, limiter_line
 from ratelimits.limiter import limiter_mark_sent, limiter_reserve, limiter_settle
 from ratelimits.models import RateLimit
 from runtime.db_connections import release_connection
@@ -81,6 +81,7 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
     deadline = started + settings.LLM_RATE_LIMIT_MAX_WAIT_SECONDS
     recheck = _config_recheck_seconds()
     configured, read_at = configured_limits(provider=provider, model=model), started
+    line, weights = limiter_line(job.feature, job.priority)
     while True:
         if time.monotonic() - read_at >= recheck:
             # Read again during a wait: it must end soon after staff remove or raise the limit
@@ -95,14 +96,14 @@ def rate_limit_acquire(*, job: LlmJob, attempt: int) -> RateLimitGrant:
                 model=model,
                 reservation_id=reservation_id,
                 job_id=str(job.id),
-                feature=job.feature,
+                feature=line,
                 user=str(job.user_id),
                 input_tokens=input_bound,
                 output_tokens=job.max_tokens,
                 rpm=configured.rpm,
                 input_tpm=configured.input_tpm,
                 output_tpm=configured.output_tpm,
-                weights=settings.LLM_FEATURE_WEIGHTS,
+                weights=weights,
                 max_wait_ms=int((deadline - time.monotonic()) * 1000),
             )
         except RedisError as exc:

@@ -4,7 +4,6 @@ Part of the job services (jobs/services/__init__.py has the transition table).""
 
 import hashlib
 import logging
-import uuid
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -24,13 +23,13 @@ from jobs.admission import (
 )
 from jobs.deadlines import deadline_is_near
 from jobs.models import JobTag, LlmJob
+from jobs.priorities import NORMAL, rq_job_id_for
 from jobs.tags import job_tag_rows
 from jobs.timeouts import job_timeout_for
 from jobs.transitions import Transition, transition_committed
 from jobs.validation import JobRequest, validate_job_request
 from ledger.services import job_upper_bound_cost
 from llmops.queues import LLM_QUEUE, RUN_LLM_JOB_TASK
-from ratelimits.configured_limits import is_priority_feature
 from runtime.redis_clients import queue as rq_queue
 from tracing.context import new_trace_fields
 from webhooks.models import JOB_MARKER_KEY, Subject
@@ -51,12 +50,12 @@ def job_enqueue(*, job: LlmJob, delay_seconds: float | None = None) -> None:
     Redis being down never fails the caller: the row is committed, its RQ job is missing, and
     the reconciler enqueues it again once Redis answers (the database is the source of truth).
 
-    A job of an ``LLM_PRIORITY_FEATURES`` feature goes to the front of the queue (when it is
-    due, for a delayed one): the llm queue is first in, first out, and an interactive job must
-    not wait behind a batch of thousands (ratelimits/ then shares the limits by weight). So
-    does a job whose deadline is near when it becomes due (jobs/deadlines.py).
+    The RQ job id says the job's priority, and the push puts it in its lane (jobs/priorities.py:
+    high ahead of normal ahead of low, when it is due for a delayed one): an interactive job
+    must not wait behind a batch of thousands. A job whose deadline is near when it becomes
+    due goes to the very front (jobs/deadlines.py).
     """
-    rq_job_id = uuid.uuid4().hex
+    rq_job_id = rq_job_id_for(job.priority)
     now = timezone.now()
     LlmJob.objects.filter(id=job.id).update(rq_job_id=rq_job_id, enqueued_at=now)
     job.rq_job_id, job.enqueued_at = rq_job_id, now
@@ -65,15 +64,16 @@ def job_enqueue(*, job: LlmJob, delay_seconds: float | None = None) -> None:
 
 def job_rq_options(job: LlmJob, *, delay_seconds: float | None = None) -> dict[str, Any]:
     """How a job goes on the llm queue (``Queue.enqueue`` options): under the RQ job id its row
-    points at, with an RQ timeout scaled from its ``max_tokens``, at the front for a priority
-    feature or a deadline at most ``LLM_DEADLINE_FRONT_SECONDS`` after it becomes due (after
+    points at, with an RQ timeout scaled from its ``max_tokens``, at the front for a deadline at
+    most ``LLM_DEADLINE_FRONT_SECONDS`` after it becomes due (after
     ``delay_seconds``). Also used by the bulk submit (jobs/bulk.py)."""
     return {
         "job_id": job.rq_job_id,
         "job_timeout": job_timeout_for(job.max_tokens),
         "description": f"llm job {job.id}",
-        "at_front": is_priority_feature(job.feature)
-        or deadline_is_near(job.deadline, delay_seconds=delay_seconds),
+        # A high job's place is the llm queue's own (runtime/queue_order.py: behind the high
+        # jobs already waiting); the very front is for a job whose deadline is near.
+        "at_front": deadline_is_near(job.deadline, delay_seconds=delay_seconds),
     }
 
 
@@ -209,8 +209,10 @@ def job_build(
 ) -> LlmJob:
     """The row of a new job, not saved yet: inserted already pointing at its RQ job, so no
     second write says so (``job_submit``, and many at once in jobs/bulk.py)."""
+    priority = request.priority or NORMAL
     return LlmJob(
-        rq_job_id=uuid.uuid4().hex,
+        rq_job_id=rq_job_id_for(priority),
+        priority=priority,
         enqueued_at=timezone.now(),
         user=user,
         api_key_id=api_key_id,

@@ -1,6 +1,7 @@
 """``manage.py llm_feature pause|resume FEATURE``: a feature's jobs wait (accepted, nothing sent,
-no budget reserved) until it is resumed; then they run in the order they were submitted. And
-``manage.py llm_feature show FEATURE``."""
+no budget reserved) until it is resumed; then they run in the order they were submitted.
+``manage.py llm_feature priority FEATURE high|normal|low|none``: the priority of its jobs that
+ask for none. And ``manage.py llm_feature show FEATURE``."""
 
 from typing import Any
 
@@ -24,21 +25,34 @@ class Command(OperatorCommand):
         ):
             action = actions.add_parser(verb, help=what)
             action.add_argument("feature", metavar="FEATURE")
+        priority = actions.add_parser(
+            "priority", help="The priority of its jobs that ask for none (none: the default)."
+        )
+        priority.add_argument("feature", metavar="FEATURE")
+        priority.add_argument("priority", choices=["high", "normal", "low", "none"])
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             feature = validate_feature(options["feature"])
             if options["action"] == "show":
                 policy = feature_policy_for(feature=feature)
+            elif options["action"] == "priority":
+                chosen = "" if options["priority"] == "none" else options["priority"]
+                policy = feature_policy_update(feature=feature, default_priority=chosen)
             else:
                 policy = feature_policy_update(feature=feature, paused=options["action"] == "pause")
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         paused = policy is not None and policy.paused
         waiting = parked_count(feature=feature) if paused else 0
-        if options["action"] == "resume":
+        default = (policy.default_priority if policy else "") or "none"
+        if options["action"] == "priority":
+            self.stdout.write(f"feature {feature}: default priority {default}")
+        elif options["action"] == "resume":
             self.stdout.write(f"feature {feature} resumed: its waiting jobs run in their order")
         elif paused:
             self.stdout.write(f"feature {feature} paused: {waiting} jobs wait")
         else:
             self.stdout.write(f"feature {feature}: running")
+        if options["action"] == "show":
+            self.stdout.write(f"default priority: {default}")
