@@ -23,7 +23,15 @@ from django.utils.safestring import mark_safe
 from api.errors import ApplicationError
 from batches.admin_filters import BatchFilter
 from dlq.admin.columns import LIST_COLUMNS, FailureColumns
-from dlq.admin.filters import AgeFilter, AttemptsFilter, CommentForm, CostFilter, ModelChoiceForm
+from dlq.admin.filters import (
+    OPEN_FIRST,
+    AgeFilter,
+    AttemptsFilter,
+    CommentForm,
+    CostFilter,
+    ModelChoiceForm,
+    StateFilter,
+)
 from dlq.models import BulkRequeue, FailureRecord
 from dlq.selectors import failure_requeue_estimate
 from dlq.services import bulk_requeue_start, failure_close, failure_requeue
@@ -62,9 +70,10 @@ class FailureRecordAdmin(FailureColumns, admin.ModelAdmin):
         AttemptsFilter,
         CostFilter,
         AgeFilter,
-        "state",
+        StateFilter,
         BatchFilter,
     ]
+    ordering = OPEN_FIRST
     search_fields = ["=job__id", "=request_id", "message"]
     list_select_related = ["job"]
     date_hierarchy = "created_at"

@@ -6,11 +6,74 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.views.main import SEARCH_VAR
+from django.db.models import Case, OrderBy, Value, When
 from django.utils import timezone
 
+from dlq.models import FailureRecord
 from ledger.models import ModelPrice
 
-__all__ = ["AgeFilter", "AttemptsFilter", "CommentForm", "CostFilter", "ModelChoiceForm"]
+__all__ = [
+    "OPEN_FIRST",
+    "AgeFilter",
+    "AttemptsFilter",
+    "CommentForm",
+    "CostFilter",
+    "ModelChoiceForm",
+    "StateFilter",
+]
+
+OPEN_FIRST: list[OrderBy | str] = [
+    Case(When(state=FailureRecord.State.OPEN, then=Value(0)), default=Value(1)).asc(),
+    "-created_at",
+    "-id",
+]
+"""The list's order: the open records (what still needs someone) first, each part newest first."""
+
+
+class StateFilter(admin.SimpleListFilter):
+    """Open unless a state is named: the list opens on what still needs someone. Every choice,
+    Open too, names its state in its link, so it survives the other filters; ``all`` shows
+    every state (open first, ``OPEN_FIRST``). A search (``?q=``: a job or request id another
+    page links to) looks in every state unless one is named, and so does an action on rows
+    picked by id: one requeued meanwhile is reported as already handled, not as not selected."""
+
+    title = "state"
+    # The parameter of the field filter this replaces: links that name a state keep working.
+    parameter_name = "state__exact"
+    ALL = "all"
+
+    def __init__(self, request, params, model, model_admin):  # type: ignore[no-untyped-def]
+        super().__init__(request, params, model, model_admin)
+        picked = ACTION_CHECKBOX_NAME in request.POST and request.POST.get("select_across") != "1"
+        self.any_state = bool(request.GET.get(SEARCH_VAR)) or (request.method == "POST" and picked)
+
+    def lookups(self, request, model_admin):  # type: ignore[no-untyped-def]
+        return [*FailureRecord.State.choices, (self.ALL, "All")]
+
+    def value(self) -> str:
+        asked = super().value()
+        if asked:
+            return str(asked)
+        return self.ALL if self.any_state else FailureRecord.State.OPEN
+
+    def queryset(self, request, queryset):  # type: ignore[no-untyped-def]
+        # An unknown state matches no record (a field filter would answer with an error page).
+        value = self.value()
+        return queryset if value == self.ALL else queryset.filter(state=value)
+
+    def choices(self, changelist):  # type: ignore[no-untyped-def]
+        # The parent's first choice ("All": no parameter) would mean the default here.
+        facets = self.get_facet_queryset(changelist) if changelist.add_facets else None
+        for i, (lookup, title) in enumerate(self.lookup_choices):
+            if facets is not None:
+                title = f"{title} ({facets.get(f'{i}__c', '-')})"
+            yield {
+                "selected": self.value() == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
 
 
 class AgeFilter(admin.SimpleListFilter):
