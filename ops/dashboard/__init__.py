@@ -27,6 +27,7 @@ from ops.dashboard.database import (
     throughput_per_minute,
 )
 from ops.dashboard.defaults import COST_DAYS, DEFAULT_WINDOW_HOURS, REFRESH_SECONDS, WINDOW_HOURS
+from ops.dashboard.pauses import pauses
 from ops.dashboard.queues import redis_panels, unmeasured
 
 __all__ = [
@@ -89,5 +90,6 @@ def dashboard_data(*, hours: int = DEFAULT_WINDOW_HOURS, now: datetime | None = 
             "workers": redis["workers"],
         },
         "breakers": breaker_states(),
+        "paused": pauses(),
         "recent_failures": recent_dead_letters(),
     }

@@ -451,3 +451,42 @@ def test_collectstatic_collects_the_page_script_and_the_vendored_chart_library(
     assert (tmp_path / "ops" / "vendor" / "LICENSE.md").exists()
     assert (tmp_path / "ops" / "dashboard.js").exists()
     assert (tmp_path / "ops" / "dashboard.css").exists()
+
+
+def test_the_paused_panel_names_each_pause_and_the_jobs_waiting_on_it(owner: Any) -> None:
+    """Issue 43, 1: the dashboard shows what is paused and how many jobs wait on it."""
+    from features.models import FeaturePolicy
+    from providers.models import Provider
+
+    assert dashboard_data(hours=1, now=NOW)["paused"] == {"features": [], "providers": []}
+    policy = FeaturePolicy.objects.create(feature="nightly", paused=True)
+    provider, _ = Provider.objects.update_or_create(name="anthropic", defaults={"paused": True})
+    waiting = {"status": LlmJob.Status.QUEUED, "attempts": 0}
+    for _ in range(2):
+        make_job(owner, feature="nightly", held_reason="feature_paused", **waiting)
+    make_job(
+        owner,
+        feature="alpha",
+        held_reason="provider_paused",
+        current_model="claude-haiku-4-5",
+        **waiting,
+    )
+    make_job(owner, feature="nightly", held_reason="feature_paused")  # completed: not waiting
+
+    paused = dashboard_data(hours=1, now=NOW)["paused"]
+    assert paused == {
+        "features": [
+            {
+                "name": "nightly",
+                "waiting": 2,
+                "url": f"/admin/features/featurepolicy/{policy.id}/change/",
+            }
+        ],
+        "providers": [
+            {
+                "name": "anthropic",
+                "waiting": 1,
+                "url": f"/admin/providers/provider/{provider.id}/change/",
+            }
+        ],
+    }

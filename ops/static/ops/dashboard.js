@@ -456,6 +456,16 @@
         box.replaceChildren.apply(box, parts);
     }
 
+    function renderPaused(data) {
+        const rows = [];
+        data.paused.features.forEach(function (p) { rows.push(["feature " + p.name, p]); });
+        data.paused.providers.forEach(function (p) { rows.push(["provider " + p.name, p]); });
+        show("paused-empty", rows.length === 0);
+        fillTable("paused-table", rows.map(function (row) {
+            return el("tr", {}, [linkCell(row[0], row[1].url), numberCell(count(row[1].waiting))]);
+        }));
+    }
+
     function renderRecentFailures(data) {
         const recent = data.recent_failures;
         document.getElementById("dlq-link").setAttribute("href", recent.dlq_url);
@@ -490,6 +500,7 @@
         renderQueues(data);
         renderWorkers(data);
         renderBreakers(data);
+        renderPaused(data);
         renderRecentFailures(data);
     }
 
