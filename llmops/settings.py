@@ -50,7 +50,7 @@ SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 CSRF_TRUSTED_ORIGINS = list(filter(None, env.list("DJANGO_CSRF_TRUSTED_ORIGINS", [], str)))
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "llmops.apps.LlmopsAdminConfig",  # django.contrib.admin, the DLQ and budgets first
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

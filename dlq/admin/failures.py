@@ -73,7 +73,7 @@ class FailureRecordAdmin(FailureColumns, admin.ModelAdmin):
         StateFilter,
         BatchFilter,
     ]
-    ordering = OPEN_FIRST
+    ordering = OPEN_FIRST  # type: ignore[assignment]  # expressions are allowed; the stubs say str
     search_fields = ["=job__id", "=request_id", "message"]
     list_select_related = ["job"]
     date_hierarchy = "created_at"

@@ -171,6 +171,11 @@ def test_the_admin_index_links_the_cost_report_and_names_every_section(page, liv
     text = page.locator("#content-main").inner_text()
     assert "django_rq" not in text.lower(), "a raw app label on the index"
     assert "queues (rq)" in text.lower()
+    # What needs someone first: the dead letters, then the budgets.
+    sections = page.locator("#content-main caption a.section").all_inner_texts()
+    assert [s.lower() for s in sections[:2]] == ["dead-letter queue", "ledger"], sections
+    first_row = page.locator("#content-main .app-ledger tr[class^='model-']").first
+    assert first_row.get_attribute("class").split()[0] == "model-budget"
 
     # django-rq's section still opens its dashboard.
     page.locator("#content-main caption a", has_text="Queues (RQ)").click()

@@ -151,3 +151,22 @@ def test_a_staff_member_without_the_permission_cannot_see_budgets() -> None:
     client = Client()
     client.force_login(make_user("nina", is_staff=True))
     assert client.get(CHANGELIST).status_code == 403
+
+
+def test_an_empty_list_says_how_to_add_a_budget(staff_client):
+    html = staff_client.get(CHANGELIST).content.decode()
+    hint = html.split('id="budget-empty-hint"')[1].split("</div>")[0]
+    assert f'href="{ADD}"' in hint  # the add form, for whoever may add
+    assert "llm_key create" in hint and "max_budget_usd" in hint  # a key's budget
+    Budget.objects.create(scope="feature", feature="email-classify", limit_usd=Decimal("5"))
+    assert 'id="budget-empty-hint"' not in staff_client.get(CHANGELIST).content.decode()
+    # Filtered to none is not empty: the usual "0 budgets" stays.
+    filtered = staff_client.get(CHANGELIST + "?q=nothing-matches").content.decode()
+    assert 'id="budget-empty-hint"' not in filtered
+
+
+def test_the_empty_hint_offers_the_add_form_only_to_who_may_add():
+    viewer = Client()
+    viewer.force_login(make_user("vera", "view_budget", is_staff=True))
+    hint = viewer.get(CHANGELIST).content.decode().split('id="budget-empty-hint"')[1]
+    assert ADD not in hint.split("</div>")[0]
