@@ -1,8 +1,6 @@
 """The MCP servers in the admin: registered and changed through the same checks and listing as
 ``llm_mcp add`` (mcp_tools/services.py); ``llm_mcp refresh NAME`` lists its tools again."""
 
-from typing import Any
-
 from django import forms
 from django.contrib import admin
 
@@ -32,14 +30,13 @@ class MCPServerForm(forms.ModelForm):
             "tool_prices",
         ]
 
-    def clean(self) -> dict[str, Any] | None:
-        cleaned = super().clean()
+    def _post_clean(self) -> None:
+        super()._post_clean()  # type: ignore[misc]  # the instance now holds the form's values
         if not self.errors:
             try:
-                mcp_server_prepare(self.instance)  # the instance holds the form's values
+                mcp_server_prepare(self.instance)
             except ApplicationError as exc:
-                raise forms.ValidationError(exc.message) from None
-        return cleaned
+                self.add_error(None, exc.message)
 
 
 @admin.register(MCPServer)

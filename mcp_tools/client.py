@@ -6,6 +6,7 @@ fit for an operator. No secret is ever part of a message.
 """
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,8 +60,6 @@ _tokens: dict[tuple[int, str, str, str], tuple[str, float]] = {}
 
 
 def _secret(variable: str, what: str) -> str:
-    import os
-
     if not variable:
         raise MCPUnavailable(f"no {what} variable is configured")
     problem = key_env_problem(variable)

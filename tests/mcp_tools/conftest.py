@@ -21,6 +21,8 @@ from tests.conftest import ROOT
 TOKEN_ENV = "MCP_TEST_API_KEY"
 """The variable the registered server names (the rule of a key's variable: ..._API_KEY)."""
 TOKEN = "mcp-test-token-7f3a"
+CLIENT_SECRET_ENV = "MCP_TEST_CLIENT_API_KEY"
+CLIENT_SECRET = "mcp-test-client-secret-91c2"
 
 
 def _free_port() -> int:
@@ -55,7 +57,11 @@ def start_mcp_server(directory: Path) -> MCPTestServer:
     port = _free_port()
     journal = directory / "journal.sqlite3"
     log = directory / "mcp_server.log"
-    env = {**os.environ, "MCP_TEST_SERVER_TOKEN": TOKEN}
+    env = {
+        **os.environ,
+        "MCP_TEST_SERVER_TOKEN": TOKEN,
+        "MCP_TEST_SERVER_CLIENT_SECRET": CLIENT_SECRET,
+    }
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "tests/mcp_tools/mcp_server.py", str(port), str(journal)],

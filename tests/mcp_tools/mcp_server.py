@@ -3,11 +3,14 @@ Streamable HTTP, stateless) behind bearer auth, run as its own process:
 
     python tests/mcp_tools/mcp_server.py PORT JOURNAL
 
-The token it accepts is ``MCP_TEST_SERVER_TOKEN`` in its environment. Every call is written to
+The token it accepts is ``MCP_TEST_SERVER_TOKEN`` in its environment, given as it is or issued by
+its OAuth token endpoint (``/token``: client credentials ``llmops-tests`` and
+``MCP_TEST_SERVER_CLIENT_SECRET``, the resource indicator its own URL). Every call is written to
 the SQLite file JOURNAL (tool, the idempotency key of its ``_meta``, the bearer it saw), and a
 side effect at most once per key, as a real server keeps one: the tests read both.
 """
 
+import base64
 import sqlite3
 import sys
 import time
@@ -17,6 +20,8 @@ import uvicorn
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 KEY = "io.llmops/idempotency-key"
 SCHEMA = """
@@ -41,7 +46,7 @@ class Verifier:
         return AccessToken(token=token, client_id="llmops-tests", scopes=[])
 
 
-def build(port: int, path: str, token: str) -> Any:
+def build(port: int, path: str, token: str, client_secret: str) -> Any:
     server = MCPServer(
         "llmops-test-tools",
         token_verifier=Verifier(token),
@@ -51,6 +56,23 @@ def build(port: int, path: str, token: str) -> Any:
             validate_token_resource=False,
         ),
     )
+
+    @server.custom_route("/token", methods=["POST"])
+    async def issue(request: Request) -> Response:
+        """OAuth 2.1 client credentials (RFC 6749 4.4) with a resource indicator (RFC 8707)."""
+        form = await request.form()
+        expected = base64.b64encode(f"llmops-tests:{client_secret}".encode()).decode()
+        journal(path).execute(
+            "INSERT INTO calls VALUES (?, ?, ?, ?)",
+            ("token", str(form.get("resource", "")), str(form.get("scope", "")), time.time()),
+        )
+        if request.headers.get("authorization") != f"Basic {expected}":
+            return JSONResponse({"error": "invalid_client"}, status_code=401)
+        if form.get("grant_type") != "client_credentials":
+            return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
+        if form.get("resource") != f"http://127.0.0.1:{port}/mcp":
+            return JSONResponse({"error": "invalid_target"}, status_code=400)
+        return JSONResponse({"access_token": token, "token_type": "Bearer", "expires_in": 3600})
 
     def called(tool: str, ctx: Context) -> str:
         meta = ctx.request_context.meta or {}
@@ -96,5 +118,7 @@ if __name__ == "__main__":
 
     port, path = int(sys.argv[1]), sys.argv[2]
     journal(path)
-    app = build(port, path, os.environ["MCP_TEST_SERVER_TOKEN"])
+    app = build(
+        port, path, os.environ["MCP_TEST_SERVER_TOKEN"], os.environ["MCP_TEST_SERVER_CLIENT_SECRET"]
+    )
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")

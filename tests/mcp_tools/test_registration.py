@@ -5,7 +5,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from mcp_tools.models import MCPServer
-from tests.mcp_tools.conftest import TOKEN_ENV, register
+from tests.mcp_tools.conftest import CLIENT_SECRET, CLIENT_SECRET_ENV, TOKEN_ENV, register
 
 pytestmark = pytest.mark.django_db
 
@@ -72,3 +72,27 @@ def test_list_refresh_and_remove(mcp_server, mcp_token, capsys):
     assert not MCPServer.objects.exists()
     with pytest.raises(CommandError, match="No MCP server named 'tem'"):
         call_command("llm_mcp", "refresh", "tem")
+
+
+def test_oauth_client_credentials_fetch_a_token_for_the_servers_url(
+    mcp_server, monkeypatch, capsys
+):
+    monkeypatch.setenv(CLIENT_SECRET_ENV, CLIENT_SECRET)
+    token_url = mcp_server.url.removesuffix("/mcp") + "/token"
+    call_command(
+        "llm_mcp", "add", "oauth", "--url", mcp_server.url, "--oauth-token-url", token_url,
+        "--oauth-client-id", "llmops-tests", "--oauth-secret-env", CLIENT_SECRET_ENV,
+        "--oauth-scope", "tools:read",
+    )  # fmt: skip
+    assert "oauth__add" in capsys.readouterr().out
+    server = MCPServer.objects.get(name="oauth")
+    assert server.auth == "oauth" and CLIENT_SECRET not in str(server.__dict__)
+    # The token was asked for the MCP server's URL (RFC 8707 resource indicator), with the scope.
+    assert ("token", mcp_server.url, "tools:read") in mcp_server.calls("token")
+
+    monkeypatch.setenv(CLIENT_SECRET_ENV, "a-wrong-secret")
+    with pytest.raises(CommandError, match="the token URL answered HTTP 401") as refused:
+        call_command("llm_mcp", "add", "oauth2", "--url", mcp_server.url, "--oauth-token-url",
+                     token_url, "--oauth-client-id", "llmops-tests", "--oauth-secret-env",
+                     CLIENT_SECRET_ENV)  # fmt: skip
+    assert "a-wrong-secret" not in str(refused.value)
