@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from agents.models import AgentRun
 from agents.validation import DEFAULT_MAX_TURNS, MAX_TURNS
+from jobs.priorities import PRIORITY_CHOICES
 from webhooks.validation import MAX_CALLBACK_URL_LENGTH
 
 __all__ = [
@@ -60,7 +61,7 @@ class AgentRunSubmitSerializer(serializers.Serializer):
         help_text="Slugs (lowercased), on the run and every turn's job.",
     )
     priority = serializers.ChoiceField(
-        choices=["high", "normal", "low"],
+        choices=PRIORITY_CHOICES,
         required=False,
         allow_null=True,
         help_text="Every turn's job priority (absent: the feature policy's default, else normal).",

@@ -11,6 +11,7 @@ from rest_framework import serializers
 from batches.models import Batch
 from batches.validation import MAX_CALLBACK_URL_LENGTH, MAX_NAME_LENGTH
 from jobs.api_schema import JobSubmitSerializer
+from jobs.priorities import PRIORITY_CHOICES
 from jobs.validation import FEATURE_RE, MAX_FEATURE_LENGTH
 
 __all__ = [
@@ -84,7 +85,7 @@ class BatchSubmitSerializer(serializers.Serializer):
         help_text="Slugs (lowercased), on the batch and every job (`?tag=`, `group_by=tag`).",
     )
     priority = serializers.ChoiceField(
-        choices=["high", "normal", "low"],
+        choices=PRIORITY_CHOICES,
         required=False,
         allow_null=True,
         help_text="Every job's priority (absent: the feature policy's default, else normal).",

@@ -23,6 +23,7 @@ from features.services import (
     validate_feature,
     validate_paused,
 )
+from jobs.priorities import PRIORITY_CHOICES
 from keys.permissions import HasScope
 from keys.scopes import ADMIN
 
@@ -154,7 +155,7 @@ class FeatureDetailApi(APIView):
             help_text="true: its jobs wait (accepted, nothing sent); false: resumed, they run.",
         )
         default_priority = serializers.ChoiceField(
-            choices=["high", "normal", "low"],
+            choices=PRIORITY_CHOICES,
             required=False,
             allow_null=True,
             help_text="The priority of its jobs that ask for none; null removes it.",

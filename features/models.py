@@ -4,6 +4,8 @@ beside them). A feature without a row has the defaults: no fallback."""
 from django.conf import settings
 from django.db import models
 
+from jobs.priorities import PRIORITY_CHOICES
+
 
 class FeaturePolicy(models.Model):
     """What a feature's jobs may do beyond their own request: the models they move to, in order,
@@ -33,7 +35,7 @@ class FeaturePolicy(models.Model):
     default_priority = models.CharField(
         max_length=6,
         blank=True,
-        choices=[("high", "High"), ("normal", "Normal"), ("low", "Low")],
+        choices=PRIORITY_CHOICES,
         help_text="The priority of the feature's jobs that do not ask for one (empty: normal, "
         "or high for a feature in LLM_PRIORITY_FEATURES).",
     )

@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from jobs.deadlines import MAX_DEADLINE_SECONDS
 from jobs.models import LlmJob
+from jobs.priorities import PRIORITY_CHOICES
 from jobs.tags import MAX_TAG_LENGTH, MAX_TAGS
 from jobs.validation import (
     BLOCK_TYPES,
@@ -103,7 +104,7 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text="Jobs sharing a key run one at a time (LLM_CONCURRENCY_KEY_LIMITS).",
     )
     priority = serializers.ChoiceField(
-        choices=["high", "normal", "low"],
+        choices=PRIORITY_CHOICES,
         required=False,
         allow_null=True,
         help_text="high leaves the queue and passes the rate limiter before waiting normal jobs, "

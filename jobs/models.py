@@ -4,6 +4,8 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import models
 
+from jobs.priorities import PRIORITY_CHOICES
+
 
 class Severity(models.TextChoices):
     """How bad a failure is: the retry table gives it, a dead-lettered job's record (dlq/) and
@@ -212,7 +214,7 @@ class LlmJob(models.Model):
     error_severity = models.CharField(max_length=10, blank=True)
     priority = models.CharField(
         max_length=6,
-        choices=[("high", "High"), ("normal", "Normal"), ("low", "Low")],
+        choices=PRIORITY_CHOICES,
         default="normal",
         help_text="high jobs leave the queue and pass the rate limiter before normal ones, low "
         "after (jobs/priorities.py); as asked, else the feature policy's default.",

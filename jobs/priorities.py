@@ -25,6 +25,7 @@ __all__ = [
     "LOW",
     "NORMAL",
     "PRIORITIES",
+    "PRIORITY_CHOICES",
     "rq_job_id_for",
     "priority_of_rq_job_id",
 ]
@@ -32,6 +33,8 @@ __all__ = [
 HIGH, NORMAL, LOW = "high", "normal", "low"
 PRIORITIES = (HIGH, NORMAL, LOW)
 """In the order jobs leave the queue."""
+PRIORITY_CHOICES = [(HIGH, "High"), (NORMAL, "Normal"), (LOW, "Low")]
+"""Of every priority field: the models' and the API's (one enum in the OpenAPI schema)."""
 
 _PREFIX = {HIGH: "h-", NORMAL: "", LOW: "l-"}
 

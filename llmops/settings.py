@@ -206,6 +206,8 @@ SPECTACULAR_SETTINGS = {
         "BatchStatusEnum": "batches.models.Batch.Status",
         "AgentRunStatusEnum": "agents.models.AgentRun.Status",
         "AgentStepStatusEnum": "agents.models.AgentStep.Status",
+        # jobs/priorities.py: one enum for every priority field (jobs, batches, runs, policies).
+        "PriorityEnum": "jobs.priorities.PRIORITY_CHOICES",
     },
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
