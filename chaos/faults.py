@@ -69,6 +69,8 @@ REVOKE_CLOSE_SECONDS = 10.0
 RECONCILER_EXIT_SECONDS = 60.0
 DEADLOCK = 1213
 """MySQL/MariaDB's ER_LOCK_DEADLOCK: the transaction was rolled back, to be run again."""
+DEADLOCK_SQLSTATE = "40P01"
+"""PostgreSQL's deadlock_detected, the same."""
 TRICKLE_CUT_GRACE_SECONDS = 5.0
 """A trickling call must be booked within its deadline and this: the heartbeat that cuts it
 beats every two seconds in the drill."""
@@ -149,9 +151,11 @@ class BudgetToggle(_Fault):
         try:
             self._toggle(t)
         except OperationalError as exc:
-            # Saving the budget under load can deadlock with the workers' reservations (InnoDB
-            # picks the save as the victim): staff would save again; so does the drill.
-            if exc.args[0] != DEADLOCK:
+            # Saving the budget under load can deadlock with the workers' reservations (InnoDB or
+            # PostgreSQL picks the save as the victim): staff would save again; so does the drill.
+            if exc.args[0] != DEADLOCK and getattr(exc.__cause__, "sqlstate", None) != (
+                DEADLOCK_SQLSTATE
+            ):
                 raise
             self.deadlocks += 1
             if self.deadlocks == 1:

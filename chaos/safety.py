@@ -18,6 +18,7 @@ from rq import Worker
 
 from alerts.models import AlertRoute, LoopHeartbeat
 from jobs.models import LlmJob
+from llmops.env import database_url as env_database_url
 from llmops.queues import KEY_PREFIX, LLM_QUEUE
 
 __all__ = ["DRILL_USERNAME", "Refused", "database_url", "production_signs", "redis_description"]
@@ -36,13 +37,13 @@ def database_url() -> str:
     """The database this process uses, as a DATABASE_URL for the processes the drill starts
     (under pytest the test database, whose name only the connection knows)."""
     db = connection.settings_dict
-    if not db["ENGINE"].endswith("mysql"):
+    if connection.vendor not in ("mysql", "postgresql"):
         raise Refused(
             "the drill runs several worker processes on one database: it needs MariaDB/MySQL "
-            f"(DATABASE_URL=mysql://...), not {db['ENGINE'].rsplit('.', 1)[-1]}"
+            "or PostgreSQL (DATABASE_URL=mysql://... or postgres://...), "
+            f"not {db['ENGINE'].rsplit('.', 1)[-1]}"
         )
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"mysql://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 3306}/{db['NAME']}"
+    return env_database_url(db)
 
 
 def redis_description() -> str:

@@ -325,7 +325,10 @@ def budget_reserve(
     for budget in budgets:
         _window_ensure(budget, *bounds[budget.id])
     with transaction.atomic():
-        # One lock order (window id) for every worker: concurrent reservers queue, never deadlock.
+        # One lock order for every worker, the budget's id (one window each here), the order
+        # ``budget_settle`` updates windows in: concurrent reservers queue, and a reservation
+        # never deadlocks with a settlement (the window ids of two budgets need not follow
+        # their budgets' order).
         windows = {
             w.budget_id: w
             for w in BudgetWindow.objects.select_for_update()
@@ -335,7 +338,7 @@ def budget_reserve(
                     _connector=Q.OR,
                 )
             )
-            .order_by("id")
+            .order_by("budget_id")
         }
         # A reservation of this very attempt that no copy claimed holds nothing any more: its
         # copy released it when its claim lost, or died before the claim, or is about to claim

@@ -10,7 +10,7 @@ import os
 import secrets
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import dj_database_url
 import environs
@@ -19,7 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from llmops.redis_config import RedisServer, redis_server
 
-__all__ = ["DEVELOPMENT_SECRET_KEY", "Env", "env"]
+__all__ = ["DEVELOPMENT_SECRET_KEY", "Env", "database_url", "env"]
 
 DEVELOPMENT_SECRET_KEY = "dev-only-insecure-key-change-me-in-production"
 
@@ -27,7 +27,29 @@ _ENGINES = {
     "sqlite": "django_prometheus.db.backends.sqlite3",
     "mysql": "django_prometheus.db.backends.mysql",
     "mariadb": "django_prometheus.db.backends.mysql",
+    "postgres": "django_prometheus.db.backends.postgresql",
+    "postgresql": "django_prometheus.db.backends.postgresql",
 }
+_DEFAULT_PORTS = {"mysql": 3306, "postgresql": 5432}
+
+
+def database_url(
+    config: dict[str, Any], *, host: str | None = None, port: int | str | None = None
+) -> str:
+    """A DATABASE_URL for another process on the same database as ``config`` (a ``DATABASES``
+    entry; under pytest the test database, whose name only the connection knows): the
+    inverse of ``Env.database``. ``host``/``port``: reach it another way (a test's forwarder).
+    SQLite (a file, or the tests' in-memory database) gives ``sqlite:///NAME``."""
+    vendor = config["ENGINE"].rsplit(".", 1)[-1]
+    if vendor == "sqlite3":
+        return f"sqlite:///{config['NAME']}"
+    scheme = "postgres" if vendor == "postgresql" else "mysql"
+    auth = quote(config["USER"] or "", safe="")
+    if config.get("PASSWORD"):
+        auth += ":" + quote(config["PASSWORD"], safe="")
+    host = host or config["HOST"] or "127.0.0.1"
+    port = port or config["PORT"] or _DEFAULT_PORTS[vendor]
+    return f"{scheme}://{auth}@{host}:{port}/{config['NAME']}"
 
 
 class _Switch(marshmallow.fields.Boolean):
@@ -93,22 +115,25 @@ class Env(environs.Env):
         return [item.strip() for item in self.list(name, default.split(","), str) if item.strip()]
 
     def database(self, name: str, default: str, *, base_dir: Path) -> dict[str, Any]:
-        """sqlite:///path (empty: db.sqlite3) or mysql://user:password@host:port/name (MariaDB or
-        MySQL: utf8mb4, READ COMMITTED), parsed by dj-database-url; query options (?ssl-ca=) win."""
+        """sqlite:///path (empty: db.sqlite3), mysql://user:password@host:port/name (MariaDB or
+        MySQL: utf8mb4, READ COMMITTED) or postgres://user:password@host:port/name (PostgreSQL,
+        psycopg 3: READ COMMITTED, its default), parsed by dj-database-url; query options
+        (?ssl-ca=, ?sslmode=) win. docs/databases.md says which to run in production."""
         url = self.str(name, default)
         scheme = urlsplit(url).scheme
         if scheme not in _ENGINES:
             raise ImproperlyConfigured(f"{name} scheme {scheme!r} is not supported")
         sqlite = scheme == "sqlite"
+        vendor = "sqlite" if sqlite else _ENGINES[scheme].rsplit(".", 1)[-1]
         try:
             parsed = dj_database_url.parse(
-                url if sqlite else "mysql" + url[len(scheme) :],
+                url if sqlite else vendor + url[len(scheme) :],
                 engine=_ENGINES[scheme],
                 conn_max_age=0 if sqlite else 60,
                 conn_health_checks=not sqlite,
-                test_options=None
-                if sqlite
-                else {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
+                test_options={"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
+                if vendor == "mysql"
+                else None,
             )
         except ValueError as exc:
             raise ImproperlyConfigured(f"{name}: {exc}") from exc
@@ -120,16 +145,16 @@ class Env(environs.Env):
                 config["NAME"] = base_dir / "db.sqlite3"
         else:
             # A dead host fails a connect within 10 s, not the kernel's two minutes.
-            options = {
-                "charset": "utf8mb4",
-                "isolation_level": "read committed",
-                "connect_timeout": 10,
-            }
+            options = {"connect_timeout": 10}
+            if vendor == "mysql":
+                options.update(charset="utf8mb4", isolation_level="read committed")
             if not config["NAME"]:
-                raise ImproperlyConfigured(f"{name} must name a database: mysql://user@host/name")
-            config["USER"] = config["USER"] or "root"
+                raise ImproperlyConfigured(
+                    f"{name} must name a database: {scheme}://user@host/name"
+                )
+            config["USER"] = config["USER"] or ("root" if vendor == "mysql" else "postgres")
             config["HOST"] = config["HOST"] or "127.0.0.1"
-            config["PORT"] = str(config["PORT"] or 3306)
+            config["PORT"] = str(config["PORT"] or _DEFAULT_PORTS[vendor])
         config["OPTIONS"] = {**options, **config.get("OPTIONS", {})}
         return config
 

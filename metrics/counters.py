@@ -118,16 +118,27 @@ def _add(model: type[models.Model], keys: dict[str, Any], amounts: dict[str, Any
     manager.filter(**keys).update(**increments)
 
 
+_INSERT_IGNORING_DUPLICATES = {
+    "mysql": "INSERT IGNORE INTO {table} ({columns}) VALUES ({placeholders})",
+    "postgresql": "INSERT INTO {table} ({columns}) VALUES ({placeholders}) ON CONFLICT DO NOTHING",
+}
+"""A new counter row's insert, a no-op where another worker made the row first."""
+
+
 def _create_row(model: type[models.Model], keys: dict[str, Any]) -> None:
-    """Create a counter row at zero, committed at once on a connection of its own (MariaDB).
+    """Create a counter row at zero, committed at once on a connection of its own (MariaDB,
+    PostgreSQL).
 
     Inside the caller's transaction, two workers creating the same row would both end up
     holding the shared lock of InnoDB's duplicate-key check and then both want the row
-    exclusively: a deadlock. Created and committed apart, the row simply exists when the
-    caller's UPDATE takes it. SQLite writers are serialised anyway, and a second connection
-    would wait for the caller's own write lock, so there the row is made in a savepoint.
+    exclusively: a deadlock. On PostgreSQL the second insert of a key waits for the first
+    transaction to end, so two transactions creating two rows in opposite orders deadlock too.
+    Created and committed apart, the row simply exists when the caller's UPDATE takes it.
+    SQLite writers are serialised anyway, and a second connection would wait for the caller's
+    own write lock, so there the row is made in a savepoint.
     """
-    if connection.vendor == "mysql":
+    insert = _INSERT_IGNORING_DUPLICATES.get(connection.vendor)
+    if insert:
         fields = [f for f in model._meta.concrete_fields if not f.primary_key]
         columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
         values = [
@@ -140,7 +151,7 @@ def _create_row(model: type[models.Model], keys: dict[str, Any]) -> None:
         try:
             with side.cursor() as cursor:
                 cursor.execute(
-                    f"INSERT IGNORE INTO {table} ({columns}) VALUES ({placeholders})", values
+                    insert.format(table=table, columns=columns, placeholders=placeholders), values
                 )
             return
         except DatabaseError:

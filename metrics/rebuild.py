@@ -7,7 +7,7 @@ the metrics came (``migrate`` runs it then, once: see ``metrics/apps.py``). A co
 across a rebuild, which Prometheus reads as a counter reset.
 """
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from metrics.models import (
     LATENCY_COLUMNS,
@@ -24,6 +24,16 @@ __all__ = ["metrics_rebuild"]
 @transaction.atomic
 def metrics_rebuild() -> Totals:
     """Replace every counter by the ledger's totals; returns them."""
+    if connection.vendor == "postgresql":
+        # Counting waits for this lock, and the lock for the transactions counting now: the
+        # totals then hold every committed row, and a row committed after them is counted on
+        # the new counters (PostgreSQL's READ COMMITTED reads each statement afresh).
+        tables = ", ".join(
+            connection.ops.quote_name(model._meta.db_table)
+            for model in (AttemptCounter, JobCounter, FailureCounter)
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(f"LOCK TABLE {tables} IN SHARE ROW EXCLUSIVE MODE")
     totals = ledger_totals()
     # Lock out concurrent counting on MariaDB/MySQL while the rows are replaced.
     AttemptCounter.objects.select_for_update().exists()

@@ -354,13 +354,12 @@ def web_server(*, workers: int, log: Path) -> Iterator[str]:
     base URL."""
     from django.db import connection
 
-    db = connection.settings_dict
-    if not db["ENGINE"].endswith("mysql"):
+    from llmops.env import database_url
+
+    if connection.vendor == "sqlite":
         pytest.skip("the server subprocess needs a database server, not an in-memory SQLite")
     env = dict(os.environ)
-    env["DATABASE_URL"] = (
-        f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    )
+    env["DATABASE_URL"] = database_url(connection.settings_dict)
     env["WEB_CONCURRENCY"] = str(workers)
     # honcho runs the Procfile with the virtualenv's bin first on PATH.
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")

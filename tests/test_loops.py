@@ -16,6 +16,7 @@ from django.core.management import call_command
 from django.db import OperationalError, connection
 
 from alerts.models import Alert, LoopHeartbeat
+from llmops.env import database_url as env_database_url
 from loops.command import LoopCommand, error_backoff_seconds
 from tests.conftest import ROOT, _free_port
 
@@ -71,11 +72,7 @@ def private_redis() -> Iterator[PrivateRedis]:
 
 
 def database_url() -> str:
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{db['NAME']}"
-    password = f":{db['PASSWORD']}" if db["PASSWORD"] else ""
-    return f"mysql://{db['USER']}{password}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    return env_database_url(connection.settings_dict)
 
 
 def heartbeat(name: str) -> LoopHeartbeat | None:

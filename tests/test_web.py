@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from jobs.models import LlmJob
 from keys.services import api_key_authenticate
 from keys.testing import api_key_for
+from llmops.env import database_url
 from tests.conftest import ROOT, _free_port, make_user, procfile_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,8 +106,7 @@ class WebServer:
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         env.update(
             {
-                "DATABASE_URL": f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:"
-                f"{db['PORT']}/{db['NAME']}",
+                "DATABASE_URL": database_url(db),
                 "WEB_CONCURRENCY": str(PROCESSES),
                 "METRICS_TOKEN": TOKEN,
                 # honcho runs the Procfile with the virtualenv's bin first on PATH.

@@ -20,6 +20,7 @@ from audit.models import AuditRecord
 from keys.models import ApiKey
 from keys.testing import api_key_for
 from ledger.models import Budget
+from llmops.env import database_url
 from tests.conftest import make_user
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,9 +116,7 @@ def test_a_feature_policy_put_through_the_asgi_server_names_its_user(asgi_server
 def test_a_price_added_by_a_command_names_the_command() -> None:
     db = connection.settings_dict
     env = dict(os.environ)
-    env["DATABASE_URL"] = (
-        f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    )
+    env["DATABASE_URL"] = database_url(db)
     done = subprocess.run(
         [sys.executable, "manage.py", "llm_model", "add", "audit-model", "--provider",
          "anthropic", "--input-price", "1", "--output-price", "2"],

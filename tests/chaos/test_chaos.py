@@ -27,6 +27,7 @@ from chaos.record import DrillRecord
 from jobs.models import LlmJob, ProviderBreaker
 from keys.models import ApiKey
 from ledger.models import Budget
+from llmops.env import database_url as env_database_url
 from ratelimits.models import RateLimit
 from tests.conftest import FakeProvider, Workers, make_user, submit
 
@@ -75,7 +76,7 @@ def _command_line(pid: int) -> str:
 
 def _processes_on_the_test_database() -> list[int]:
     """Processes started with this test database's DATABASE_URL: the drill's, if any is left."""
-    marker = b"DATABASE_URL=mysql://"
+    marker = b"DATABASE_URL=" + env_database_url(connection.settings_dict).split(":")[0].encode()
     name = f"/{connection.settings_dict['NAME']}\0".encode()
     found = []
     for entry in Path("/proc").iterdir():

@@ -21,6 +21,7 @@ from django.utils import timezone
 from jobs.models import LlmJob
 from jobs.reconciler import reconcile_jobs
 from ledger.models import CostEntry
+from llmops.env import database_url
 from llmops.queues import LLM_QUEUE, job_lock_key
 from tests.conftest import FakeProvider, submit
 from tests.jobs.test_takeover import Processes, billed, requests_seen, wait_for, worker_env
@@ -132,9 +133,7 @@ def test_a_worker_whose_database_path_freezes_keeps_its_calls_and_records_them_a
     worker = _worker(
         processes,
         fake_provider,
-        DATABASE_URL=(
-            f"mysql://{db['USER']}:{db['PASSWORD']}@127.0.0.1:{database_path.port}/{db['NAME']}"
-        ),
+        DATABASE_URL=database_url(db, host="127.0.0.1", port=database_path.port),
     )
     _all_calls_in_flight(jobs, fake_provider)
     database_path.freeze()

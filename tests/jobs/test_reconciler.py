@@ -15,6 +15,7 @@ from jobs.models import LlmJob
 from jobs.reconciler import reconcile_jobs
 from jobs.services import job_hold
 from ledger.models import CostEntry
+from llmops.env import database_url
 from tests.conftest import ROOT, submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("prices")]
@@ -104,10 +105,8 @@ def kill_process_tree(pid: int) -> None:
 def _env_for_subprocess() -> dict[str, str]:
     env = dict(os.environ)
     db = connection.settings_dict
-    if db["ENGINE"].endswith("mysql"):
-        env["DATABASE_URL"] = (
-            f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-        )
+    if connection.vendor != "sqlite":
+        env["DATABASE_URL"] = database_url(db)
     else:
         pytest.skip("the worker subprocess needs a database server, not an in-memory SQLite")
     return env

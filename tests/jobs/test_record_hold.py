@@ -21,6 +21,7 @@ from django.utils import timezone
 from jobs.models import LlmJob
 from jobs.reconciler import reconcile_jobs
 from ledger.models import CostEntry
+from llmops.env import database_url
 from llmops.queues import LLM_QUEUE, job_lock_key
 from tests.conftest import FakeProvider, submit
 from tests.jobs.test_takeover import (
@@ -61,7 +62,7 @@ def _worker_on(
     db = connection.settings_dict
     env = worker_env(
         fake_provider,
-        DATABASE_URL=f"mysql://{db['USER']}:{db['PASSWORD']}@127.0.0.1:{cut.port}/{db['NAME']}",
+        DATABASE_URL=database_url(db, host="127.0.0.1", port=cut.port),
         LLM_HEARTBEAT_SECONDS="0.5",
         LLM_RECORD_RETRY_SECONDS=record_seconds,
         LLM_RATE_LIMIT_ENABLED="False",

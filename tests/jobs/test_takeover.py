@@ -30,6 +30,7 @@ from jobs.models import LlmJob
 from jobs.reconciler import reconcile_jobs
 from jobs.services import job_hold
 from ledger.models import CostEntry
+from llmops.env import database_url
 from llmops.queues import LLM_QUEUE, job_lock_key
 from tests.conftest import ROOT, FakeProvider, submit
 from tests.jobs.test_reconciler import _env_for_subprocess, kill_process_tree
@@ -297,9 +298,7 @@ def _start_cut_off_worker(
     redis_db = django_rq.get_connection(LLM_QUEUE).connection_pool.connection_kwargs["db"]
     env = worker_env(
         fake_provider,
-        DATABASE_URL=(
-            f"mysql://{db['USER']}:{db['PASSWORD']}@127.0.0.1:{database.port}/{db['NAME']}"
-        ),
+        DATABASE_URL=database_url(db, host="127.0.0.1", port=database.port),
         REDIS_URL=f"redis://127.0.0.1:{redis.port}/{redis_db}",
         LLM_HEARTBEAT_SECONDS=f"{heartbeat_seconds:g}",
         LLM_RECORD_RETRY_SECONDS="60",

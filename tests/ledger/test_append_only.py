@@ -1,5 +1,6 @@
-"""The ledger is append-only at every level: the model, its QuerySet, and (on MariaDB/MySQL) the
-database itself. And the admin's list never loads the large columns it does not show."""
+"""The ledger is append-only at every level: the model, its QuerySet, and (on MariaDB/MySQL and
+PostgreSQL) the database itself. And the admin's list never loads the large columns it does not
+show."""
 
 from decimal import Decimal
 from typing import Any
@@ -13,9 +14,14 @@ from django.test.utils import CaptureQueriesContext
 from jobs.models import LlmJob
 from ledger.models import CostEntry, LedgerIsAppendOnly
 
-on_mysql = pytest.mark.skipif(
-    connection.vendor != "mysql",
-    reason="the append-only triggers exist only on MariaDB/MySQL (migration ledger 0003)",
+on_a_server = pytest.mark.skipif(
+    connection.vendor not in ("mysql", "postgresql"),
+    reason="the append-only triggers exist on MariaDB/MySQL (migration ledger 0003) and "
+    "PostgreSQL (0015) only",
+)
+on_mysql = pytest.mark.skipif(connection.vendor != "mysql", reason="MariaDB/MySQL's escape hatch")
+on_postgresql = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="PostgreSQL's escape hatch"
 )
 
 CHANGELIST = "/admin/ledger/costentry/"
@@ -115,30 +121,33 @@ def test_it_still_appends_rows(alice):
 # The database
 
 
-@on_mysql
+@on_a_server
 def test_the_database_refuses_a_raw_update(entry):
     with pytest.raises(DatabaseError, match="ledger_costentry is append-only"):
         raw("UPDATE ledger_costentry SET cost_usd = 0")
     assert stored_cost(entry) == Decimal("0.001250")
 
 
-@on_mysql
+@on_a_server
 def test_the_database_refuses_a_raw_delete(entry):
     with pytest.raises(DatabaseError, match="ledger_costentry is append-only"):
         raw("DELETE FROM ledger_costentry")
     assert CostEntry.objects.filter(id=entry.id).exists()
 
 
-@on_mysql
+@on_a_server
 def test_the_database_still_accepts_an_insert(entry):
     # A copy of the row as the next attempt, every column spelled from the model so a column
     # added later is copied too.
     copied = [
         f.column for f in CostEntry._meta.concrete_fields if f.column not in ("id", "attempt")
     ]
+    new_id = (
+        "gen_random_uuid()" if connection.vendor == "postgresql" else "REPLACE(UUID(), '-', '')"
+    )
     raw(
         f"INSERT INTO ledger_costentry (id, attempt, {', '.join(copied)})"
-        f" SELECT REPLACE(UUID(), '-', ''), attempt + 1, {', '.join(copied)}"
+        f" SELECT {new_id}, attempt + 1, {', '.join(copied)}"
         f" FROM ledger_costentry WHERE id = '{entry.id.hex}'"
     )
     assert CostEntry.objects.filter(job_id=entry.job_id).count() == 2
@@ -168,6 +177,33 @@ def test_an_update_is_refused_even_with_foreign_key_checks_off(entry):
         with connection.cursor() as cursor:
             cursor.execute("SET FOREIGN_KEY_CHECKS = 1")
     assert stored_cost(entry) == Decimal("0.001250")
+
+
+@on_postgresql
+def test_the_database_refuses_a_raw_delete_by_a_joined_statement(entry):
+    # PostgreSQL's DELETE ... USING: every form of DELETE fires the row trigger.
+    with pytest.raises(DatabaseError, match="ledger_costentry is append-only"):
+        raw(
+            "DELETE FROM ledger_costentry USING jobs_llmjob"
+            " WHERE jobs_llmjob.id = ledger_costentry.job_id"
+        )
+    assert CostEntry.objects.filter(id=entry.id).exists()
+
+
+@on_postgresql
+def test_a_delete_goes_through_only_with_replication_role_replica(entry):
+    # PostgreSQL's escape hatch (a superuser's session setting, pg_restore --disable-triggers').
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SET session_replication_role = replica")
+        raw("DELETE FROM ledger_costentry")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET session_replication_role = DEFAULT")
+    assert not CostEntry.objects.filter(id=entry.id).exists()
+    make_entry(entry.job, attempt=2)
+    with pytest.raises(DatabaseError, match="ledger_costentry is append-only"):
+        raw("DELETE FROM ledger_costentry")  # the role back to normal, the trigger fires again
 
 
 @pytest.mark.django_db(transaction=True)

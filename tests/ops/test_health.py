@@ -21,6 +21,7 @@ from django.utils import timezone
 from rq import Worker
 from rq.utils import utcformat
 
+from llmops.env import database_url
 from llmops.queues import DEFAULT_QUEUE, LLM_QUEUE
 from ops.health import READY_DEADLINE_SECONDS
 from tests.conftest import FakeProvider
@@ -189,9 +190,7 @@ def test_readyz_detail_names_no_secret(settings, silent_port):
 def _web_env(database_port: int) -> dict[str, str]:
     env = _env_for_subprocess()
     db = connection.settings_dict
-    env["DATABASE_URL"] = (
-        f"mysql://{db['USER']}:{db['PASSWORD']}@127.0.0.1:{database_port}/{db['NAME']}"
-    )
+    env["DATABASE_URL"] = database_url(db, host="127.0.0.1", port=database_port)
     return env
 
 
