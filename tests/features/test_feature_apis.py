@@ -40,6 +40,7 @@ def test_it_shows_the_defaults_of_a_feature_without_a_policy(editor):
         "mode": "realtime",
         "deadline_seconds": None,
         "paused": False,
+        "default_priority": None,
         "waiting": 0,
         "configured": False,
         "updated_at": None,

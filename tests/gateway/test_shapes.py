@@ -29,6 +29,7 @@ def test_the_headers_give_the_jobs_options() -> None:
         "feature": "support",
         "tags": ["a", "b", "c"],
         "deadline_seconds": 90,
+        "priority": "low",
     }
     assert call_options({}) == CallOptions()
 
