@@ -190,8 +190,9 @@ def _wrap(wrapper_class: type) -> None:
 
 
 def bound_database_waits(seconds: int | None = None) -> None:
-    """Bound every read and write on this process's MariaDB/MySQL connections opened from now on
-    (``read_timeout``, ``write_timeout``; ``LLM_WORKER_DB_TIMEOUT_SECONDS`` by default): a frozen
+    """Bound every read and write on this process's database connections opened from now on
+    (MariaDB/MySQL ``read_timeout``, ``write_timeout``; PostgreSQL ``tcp_user_timeout`` and
+    keepalives; ``LLM_WORKER_DB_TIMEOUT_SECONDS`` by default): a frozen
     path (bytes stop, the connection stays open) then fails a query within the bound instead of
     hanging it for the kernel's retransmission minutes. For the processes that hold claims (the
     workers) and the loops; not the web process or commands, where a migration may run long.
@@ -203,3 +204,13 @@ def bound_database_waits(seconds: int | None = None) -> None:
             options = config.setdefault("OPTIONS", {})
             options.setdefault("read_timeout", bound)
             options.setdefault("write_timeout", bound)
+        elif config.get("ENGINE", "").endswith("postgresql"):
+            # libpq has no read timeout: bytes unacknowledged for the bound fail the connection
+            # (tcp_user_timeout), and keepalive probes (answered by the server's kernel, so a
+            # long query is not cut) find a path that froze while a query waited for its answer.
+            options = config.setdefault("OPTIONS", {})
+            options.setdefault("tcp_user_timeout", bound * 1000)
+            options.setdefault("keepalives", 1)
+            options.setdefault("keepalives_idle", max(1, bound // 4))
+            options.setdefault("keepalives_interval", max(1, bound // 4))
+            options.setdefault("keepalives_count", 3)

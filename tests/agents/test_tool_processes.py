@@ -18,6 +18,7 @@ from agents.sweep import agent_runs_resume
 from agents.tools import ToolOutcome, tool_call
 from tests.agents.conftest import TEST_TOOL_MODULES, call, detail, run_body, start_run, wait_for
 from tests.agents.tools import calls
+from tests.db_sessions import session_id
 from tests.jobs.test_takeover import processes, worker_env  # noqa: F401 (fixture)
 
 
@@ -51,8 +52,7 @@ def _running(pid: int) -> bool:
 
 def _connection_id() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT CONNECTION_ID()")
-        return int(cursor.fetchone()[0])
+        return session_id(cursor)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -12,6 +12,7 @@ import django_rq
 from django.db import connection
 
 from agents.tools import ToolError, agent_tool
+from tests.db_sessions import session_id
 
 CALLS_KEY = "tests:agent-tool-calls"
 
@@ -126,8 +127,7 @@ def database_probe(*, call_id: str) -> dict[str, Any]:
     gc.collect()  # as any tool may: whatever it frees must not end the worker's sessions
     DemoEmail.objects.create(call_id=call_id, to="probe@example.com", subject="probe", body="")
     with connection.cursor() as cursor:
-        cursor.execute("SELECT CONNECTION_ID()")
-        (connection_id,) = cursor.fetchone()
+        connection_id = session_id(cursor)
     return {"connection_id": connection_id, "emails": DemoEmail.objects.count()}
 
 

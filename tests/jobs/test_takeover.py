@@ -33,6 +33,7 @@ from ledger.models import CostEntry
 from llmops.env import database_url
 from llmops.queues import LLM_QUEUE, job_lock_key
 from tests.conftest import ROOT, FakeProvider, submit
+from tests.db_sessions import kill_session, other_sessions
 from tests.jobs.test_reconciler import _env_for_subprocess, kill_process_tree
 from tests.netcut import NetCut
 
@@ -251,15 +252,10 @@ def test_the_heartbeat_extends_a_lock_taken_on_another_thread_and_outlives_an_er
 
         # Kill the heartbeat thread's database connection: its next row update raises.
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s "
-                "AND ID <> CONNECTION_ID()",
-                [connection.settings_dict["NAME"]],
-            )
-            others = [row[0] for row in cursor.fetchall()]
+            others = other_sessions(cursor, connection.settings_dict["NAME"])
             assert others, "the heartbeat thread holds no database connection"
             for connection_id in others:
-                cursor.execute(f"KILL CONNECTION {int(connection_id)}")
+                kill_session(cursor, connection_id)
         killed_at = timezone.now()
         wait_for(
             lambda: any("could not reach the database" in r.getMessage() for r in caplog.records),

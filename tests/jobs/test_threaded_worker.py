@@ -41,6 +41,7 @@ from llmops.queues import AGENTS_QUEUE, LLM_QUEUE, job_lock_key
 from runtime.threaded_worker import NoDeathPenalty
 from runtime.workers import LlmWorker, PreloadingWorker, ThreadedLlmWorker
 from tests.conftest import ROOT, FakeProvider, submit
+from tests.db_sessions import other_sessions
 from tests.jobs.test_reconciler import kill_process_tree
 from tests.jobs.test_takeover import Processes, billed, requests_seen, wait_for, worker_env
 
@@ -88,11 +89,8 @@ def other_database_connections(before: frozenset[int] = frozenset()) -> list[int
     ``before``: those open before the worker started (a process of an earlier test on this
     test database still closing), left out."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> CONNECTION_ID()",
-            [connection.settings_dict["NAME"]],
-        )
-        return [int(row[0]) for row in cursor.fetchall() if int(row[0]) not in before]
+        others = other_sessions(cursor, connection.settings_dict["NAME"])
+        return [session for session in others if session not in before]
 
 
 def statuses(jobs: list[LlmJob]) -> list[str]:

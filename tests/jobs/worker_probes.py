@@ -8,13 +8,13 @@ from typing import Any
 from django.db import connection
 
 from runtime import db_connections
+from tests.db_sessions import session_id
 
 
 def hold_a_database_connection(seconds: float) -> dict[str, Any]:
     """Opens this thread's database connection, keeps it ``seconds``, says which one it was."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT CONNECTION_ID()")
-        (connection_id,) = cursor.fetchone()
+        connection_id = session_id(cursor)
     in_use = db_connections.slots_in_use()
     time.sleep(seconds)
     return {
