@@ -19,18 +19,10 @@ PATH_TOKEN = "tenant-7f3a9c-secret-path-token"
 KEY = "sk-unreachable-test-key-0123456789"
 
 
-@pytest.mark.parametrize(("kind", "model"), [("openai", "gpt-4o-mini"), ("anthropic", "claude-x")])
-def test_it_names_the_host_and_port_of_an_unreachable_provider_without_path_or_key(
-    alice_client: Any, workers: Any, monkeypatch: pytest.MonkeyPatch, kind: str, model: str
-):
-    port = _free_port()  # bound and released: nothing listens there
-    monkeypatch.setenv("GATEWAY_API_KEY", KEY)
-    provider_save(
-        name="gateway",
-        kind=kind,
-        base_url=f"http://127.0.0.1:{port}/{PATH_TOKEN}/v1",
-        api_key_env="GATEWAY_API_KEY",
-    )
+def _gateway(kind: str, model: str, base_url: str) -> None:
+    """A provider row ``gateway`` at ``base_url``, its key from GATEWAY_API_KEY, serving
+    ``model``."""
+    provider_save(name="gateway", kind=kind, base_url=base_url, api_key_env="GATEWAY_API_KEY")
     model_price_set(
         model=model,
         provider="gateway",
@@ -38,6 +30,15 @@ def test_it_names_the_host_and_port_of_an_unreachable_provider_without_path_or_k
         output_per_mtok=Decimal("2"),
         max_output_tokens=4096,
     )
+
+
+@pytest.mark.parametrize(("kind", "model"), [("openai", "gpt-4o-mini"), ("anthropic", "claude-x")])
+def test_it_names_the_host_and_port_of_an_unreachable_provider_without_path_or_key(
+    alice_client: Any, workers: Any, monkeypatch: pytest.MonkeyPatch, kind: str, model: str
+):
+    port = _free_port()  # bound and released: nothing listens there
+    monkeypatch.setenv("GATEWAY_API_KEY", KEY)
+    _gateway(kind, model, f"http://127.0.0.1:{port}/{PATH_TOKEN}/v1")
     job = submit(alice_client, model=model)
     workers.work_once()
 
@@ -78,19 +79,7 @@ def test_a_401_names_the_provider_row_and_the_variable_its_key_comes_from(
         monkeypatch.setenv("GATEWAY_API_KEY", KEY)
     else:
         monkeypatch.delenv("GATEWAY_API_KEY", raising=False)
-    provider_save(
-        name="gateway",
-        kind=kind,
-        base_url=f"{fake_provider.url}{path}",
-        api_key_env="GATEWAY_API_KEY",
-    )
-    model_price_set(
-        model=model,
-        provider="gateway",
-        input_per_mtok=Decimal("1"),
-        output_per_mtok=Decimal("2"),
-        max_output_tokens=4096,
-    )
+    _gateway(kind, model, f"{fake_provider.url}{path}")
     fake_provider.faults({"401": 1.0})
     job = submit(alice_client, model=model)
     workers.work_once()
