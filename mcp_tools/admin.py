@@ -5,7 +5,7 @@ from django import forms
 from django.contrib import admin
 
 from api.errors import ApplicationError
-from mcp_tools.models import MCPServer
+from mcp_tools.models import EDITABLE_FIELDS, MCPServer
 from mcp_tools.registry import SEPARATOR, offered_tools
 from mcp_tools.services import mcp_server_prepare
 
@@ -13,22 +13,7 @@ from mcp_tools.services import mcp_server_prepare
 class MCPServerForm(forms.ModelForm):
     class Meta:
         model = MCPServer
-        fields = [
-            "name",
-            "url",
-            "auth",
-            "bearer_env",
-            "oauth_token_url",
-            "oauth_client_id",
-            "oauth_secret_env",
-            "oauth_scope",
-            "timeout_seconds",
-            "enabled",
-            "allowed_tools",
-            "approval_tools",
-            "price_per_call_usd",
-            "tool_prices",
-        ]
+        fields = EDITABLE_FIELDS
 
     def _post_clean(self) -> None:
         super()._post_clean()  # type: ignore[misc]  # the instance now holds the form's values

@@ -17,7 +17,7 @@ from api.pagination import paginated_response
 from api.schema import error_headers, errors, page_responses
 from keys.permissions import HasScope
 from keys.scopes import ADMIN
-from mcp_tools.models import MCPServer
+from mcp_tools.models import EDITABLE_FIELDS, MCPServer
 from mcp_tools.registry import SEPARATOR, offered_tools
 from mcp_tools.services import MCPServerFields, mcp_server_save
 
@@ -30,20 +30,7 @@ class MCPServerOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = MCPServer
         fields = [
-            "name",
-            "url",
-            "auth",
-            "bearer_env",
-            "oauth_token_url",
-            "oauth_client_id",
-            "oauth_secret_env",
-            "oauth_scope",
-            "timeout_seconds",
-            "enabled",
-            "allowed_tools",
-            "approval_tools",
-            "price_per_call_usd",
-            "tool_prices",
+            *EDITABLE_FIELDS,
             "offered_tools",
             "tools_refreshed_at",
             "consecutive_failures",

@@ -90,3 +90,22 @@ class MCPServer(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+EDITABLE_FIELDS = [
+    "name",
+    "url",
+    "auth",
+    "bearer_env",
+    "oauth_token_url",
+    "oauth_client_id",
+    "oauth_secret_env",
+    "oauth_scope",
+    "timeout_seconds",
+    "enabled",
+    "allowed_tools",
+    "approval_tools",
+    "price_per_call_usd",
+    "tool_prices",
+]
+"""What a person sets on a server (the admin's form, the API's body); the rest is its state."""
