@@ -4,10 +4,18 @@ VENV := .venv
 BIN := $(VENV)/bin
 TEST_DATABASE_URL ?= mysql://root@127.0.0.1:3306/test
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+# make test-postgres runs the suite on PostgreSQL instead (docs/databases.md); pytest-django
+# creates test_test_gw<N> there as on MariaDB.
+TEST_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
+# What CI runs on PostgreSQL after the whole suite on MariaDB (make test-postgres-core): the money
+# (ledger, budgets, counters), the job's path and its takeovers, and the concurrency tests.
+POSTGRES_CORE_TESTS := tests/ledger tests/metrics tests/keys/test_key_budgets.py \
+	tests/jobs/test_job_path.py tests/jobs/test_takeover.py tests/jobs/test_concurrency_keys.py \
+	tests/jobs/test_stray_copies.py tests/jobs/test_lease.py tests/ratelimits tests/batches
 # pytest-xdist workers for make test (each its own test database and Redis index, tests/parallel.py).
 TEST_WORKERS ?= 5
 
-.PHONY: run token test lint typecheck venv dev-venv migrate services system browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming bench-embeddings bench-deferred bench-gateway bench-tracing chaos chaos-mix cluster-drill clean
+.PHONY: run token test test-postgres test-postgres-core test-django60 test-django60-core venv-django60 lint typecheck venv dev-venv migrate services system browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming bench-embeddings bench-deferred bench-gateway bench-tracing chaos chaos-mix cluster-drill clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -65,6 +73,45 @@ typecheck: dev-venv
 test: dev-venv system services browser tools lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --maxschedchunk 1 $(PYTEST_ARGS)
+
+# Django 6.0 beside the 5.2 LTS of requirements.txt (docs/databases.md#django-versions): a venv of
+# its own on Python 3.12 (Django 6 needs it), requirements.txt and requirements-dev.txt with
+# Django==6.0.* instead. make test-django60 runs the whole suite there, test-django60-core CI's
+# subset (the PostgreSQL core's tests, on MariaDB). 6.1 once django-prometheus allows it.
+DJANGO60_VERSION := 6.0.10
+PYTHON312 ?= $(firstword $(wildcard /usr/bin/python3.12 $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
+VENV60 := .venv-django60
+$(VENV60)/.installed: requirements.txt requirements-dev.txt
+	./scripts/system-deps.sh
+	test -x $(VENV60)/bin/python || $(PYTHON312) -m venv $(VENV60)
+	$(VENV60)/bin/pip install -q --upgrade pip
+	sed 's/^Django==.*/Django==$(DJANGO60_VERSION)/' requirements.txt > $(VENV60)/requirements.txt
+	grep -v '^-r ' requirements-dev.txt > $(VENV60)/requirements-dev.txt
+	$(VENV60)/bin/pip install -q -r $(VENV60)/requirements.txt -r $(VENV60)/requirements-dev.txt
+	touch $@
+
+venv-django60: $(VENV60)/.installed
+
+test-django60: venv-django60 system services browser tools
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
+		$(VENV60)/bin/python -m pytest tests -q -n $(TEST_WORKERS) --maxschedchunk 1 $(PYTEST_ARGS)
+
+test-django60-core: venv-django60 system services tools
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
+		$(VENV60)/bin/python -m pytest $(POSTGRES_CORE_TESTS) -q -n $(TEST_WORKERS) \
+		--maxschedchunk 1 $(PYTEST_ARGS)
+
+# The whole suite on PostgreSQL (about as long as make test); the same Redis indexes as make test,
+# so run the two one after the other.
+test-postgres: dev-venv system services browser tools lint typecheck
+	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
+		$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --maxschedchunk 1 $(PYTEST_ARGS)
+
+# The money, job-path and concurrency tests on PostgreSQL (POSTGRES_CORE_TESTS above): CI's.
+test-postgres-core: dev-venv system services tools
+	DATABASE_URL=$(TEST_POSTGRES_URL) REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
+		$(BIN)/python -m pytest $(POSTGRES_CORE_TESTS) -q -n $(TEST_WORKERS) --maxschedchunk 1 \
+		$(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) db.sqlite3 staticfiles
