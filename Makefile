@@ -120,10 +120,11 @@ clean:
 # against the fake provider and real workers, about ten minutes, on its own database (created
 # and migrated if missing) and Redis index, which it FLUSHDBs. CHAOS_ARGS="--jobs 500" passes
 # options on; the report ends the output, and the exit code says whether every check passed.
+# On PostgreSQL: CHAOS_DATABASE_URL=postgres://postgres@127.0.0.1:5432/llmops_chaos make chaos.
 CHAOS_DATABASE_URL ?= mysql://root@127.0.0.1:3306/llmops_chaos
 CHAOS_REDIS_URL ?= redis://127.0.0.1:6379/5
 chaos: venv services
-	mysql -h127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS \`$(lastword $(subst /, ,$(CHAOS_DATABASE_URL)))\` CHARACTER SET utf8mb4"
+	$(BIN)/python scripts/create_database.py $(CHAOS_DATABASE_URL)
 	DATABASE_URL=$(CHAOS_DATABASE_URL) REDIS_URL=$(CHAOS_REDIS_URL) $(BIN)/python manage.py migrate --noinput -v0
 	DATABASE_URL=$(CHAOS_DATABASE_URL) REDIS_URL=$(CHAOS_REDIS_URL) $(BIN)/python manage.py llm_chaos $(CHAOS_ARGS)
 
@@ -131,7 +132,7 @@ chaos: venv services
 # faults, checked against the fake provider's bill; about five minutes, on the same database and
 # Redis index as make chaos. CHAOS_ARGS="--seed 123" replays a run's plan.
 chaos-mix: venv services
-	mysql -h127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS \`$(lastword $(subst /, ,$(CHAOS_DATABASE_URL)))\` CHARACTER SET utf8mb4"
+	$(BIN)/python scripts/create_database.py $(CHAOS_DATABASE_URL)
 	DATABASE_URL=$(CHAOS_DATABASE_URL) REDIS_URL=$(CHAOS_REDIS_URL) $(BIN)/python manage.py migrate --noinput -v0
 	DATABASE_URL=$(CHAOS_DATABASE_URL) REDIS_URL=$(CHAOS_REDIS_URL) $(BIN)/python manage.py llm_chaos --mix $(CHAOS_ARGS)
 

@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import MySQLdb
 import pytest
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs.models import LlmJob
@@ -183,36 +182,40 @@ def waiting_job(token: str) -> LlmJob:
 
 
 class RowLock:
-    """The job's row held FOR UPDATE on a connection of the test's own, and MariaDB's view of
-    who waits for it."""
+    """The job's row held FOR UPDATE on a connection of the test's own, and the database's view
+    of who waits for it (MariaDB's InnoDB tables, PostgreSQL's pg_stat_activity)."""
 
     def __init__(self, job: LlmJob) -> None:
-        db = connection.settings_dict
-        params = {
-            "host": db["HOST"],
-            "port": int(db["PORT"]),
-            "user": db["USER"],
-            "passwd": db["PASSWORD"],
-        }
-        self.database = db["NAME"]
-        self.holder = MySQLdb.connect(db=self.database, **params)
-        self.monitor = MySQLdb.connect(**params)
-        self.monitor.autocommit(True)
-        cursor = self.holder.cursor()
-        cursor.execute("BEGIN")
-        cursor.execute("SELECT id FROM jobs_llmjob WHERE id = %s FOR UPDATE", (str(job.id),))
+        self.database = connection.settings_dict["NAME"]
+        self.vendor = connection.vendor
+        holder = connections.create_connection(DEFAULT_DB_ALIAS)
+        holder.set_autocommit(False)
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT id FROM jobs_llmjob WHERE id = %s FOR UPDATE", (str(job.id),))
+        monitor = connections.create_connection(DEFAULT_DB_ALIAS)
+        monitor.ensure_connection()  # autocommit, as Django opens it
+        # The drivers' own connections from here on: the test asks from its event loop, where
+        # Django's wrappers refuse to run.
+        self.holder, self.monitor = holder.connection, monitor.connection
 
     def waiting(self) -> int:
-        """Connections of the test database waiting for a row lock. InnoDB refreshes this
+        """Connections of the test database waiting for a row lock. InnoDB refreshes its
         table only once it has not been read for 0.1 s: ask less often than that."""
-        cursor = self.monitor.cursor()
-        cursor.execute(
-            "SELECT COUNT(*) FROM information_schema.INNODB_TRX t "
-            "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
-            "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = %s",
-            (self.database,),
-        )
-        return int(cursor.fetchone()[0])
+        with self.monitor.cursor() as cursor:
+            if self.vendor == "postgresql":
+                cursor.execute(
+                    "SELECT COUNT(*) FROM pg_stat_activity "
+                    "WHERE datname = %s AND wait_event_type = 'Lock'",
+                    (self.database,),
+                )
+            else:
+                cursor.execute(
+                    "SELECT COUNT(*) FROM information_schema.INNODB_TRX t "
+                    "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
+                    "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = %s",
+                    (self.database,),
+                )
+            return int(cursor.fetchone()[0])
 
     def release(self) -> None:
         self.holder.rollback()

@@ -69,6 +69,8 @@ def test_a_worker_host_frozen_on_every_path_for_70_s_completes_every_job_paid_on
     reason = netns_allowed()
     if reason:
         pytest.skip(reason)
+    if not settings.DATABASES["default"]["ENGINE"].endswith("mysql"):
+        pytest.skip("the drill's hosts reach MariaDB through its forwarder (chaos/cluster/)")
     database_url = _scratch_database_url()
     env = {**os.environ, "DATABASE_URL": database_url}
     subprocess.run(
