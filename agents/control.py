@@ -74,11 +74,19 @@ def agent_step_decide(
         return locked
     locked.status = AgentRun.Status.RUNNING
     locked.waiting_since = None
-    if any(s.status == AgentStep.Status.PENDING for s in steps):
-        locked.tools_enqueued_at = now
-        locked.save(update_fields=["status", "waiting_since", "tools_enqueued_at", "updated_at"])
+    pending = [s.name for s in steps if s.status == AgentStep.Status.PENDING]
+    if pending:
+        agent_tools_enqueue_on_commit(locked, tool_names=pending)
+        locked.save(
+            update_fields=[
+                "status",
+                "waiting_since",
+                "tools_enqueued_at",
+                "tools_rq_job_id",
+                "updated_at",
+            ]
+        )
         events.publish_run_on_commit(locked)
-        agent_tools_enqueue_on_commit(locked.id)
     else:
         locked.save(update_fields=["status", "waiting_since", "updated_at"])
         events.publish_run_on_commit(locked)

@@ -7,17 +7,20 @@
      }}
 
 ``agent.step`` goes out when a step starts or finishes, ``agent.updated`` when the run's status
-or cost changes. Published after the commit of the change, through the same sender and timeout
-as job events (jobs/events.py): best effort, never failing or holding a run.
+or cost changes. Published after the commit of the change, through the same sender as job events
+(jobs/events.py), in line with them and in order: best effort, never failing or holding a run.
+Nobody waits for their hand-off (a turn's commit queued four or five of them, each waited for
+in turn, before the run's next step was put on its queue); one that fails is logged.
 """
 
 import logging
+from concurrent.futures import Future
 from typing import Any
 
 from django.db import transaction
 
 from agents.models import AgentRun, AgentStep
-from jobs.events import publish_event
+from jobs.events import publish_event_nowait
 from llmops.queues import all_jobs_group, job_events_group
 
 __all__ = ["STEP", "UPDATED", "publish_run_on_commit", "publish_step_on_commit"]
@@ -35,15 +38,23 @@ def _time(value: Any) -> str | None:
 def _on_commit(user_id: int, run_id: Any, message: dict[str, Any]) -> None:
     def publish() -> None:
         try:
-            publish_event(
+            future = publish_event_nowait(
                 [job_events_group(user_id), all_jobs_group()],
                 message,
-                about=f"agent run {run_id}",
+                subject=f"agent run {run_id}",
+                urgent=True,
             )
         except Exception:
             logger.exception("agent run %s %s event failed", run_id, message["type"])
+            return
+        future.add_done_callback(lambda done: _log_failure(done, run_id, message["type"]))
 
     transaction.on_commit(publish)
+
+
+def _log_failure(future: "Future[None]", run_id: Any, kind: str) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        logger.warning("agent run %s %s event not published: %r", run_id, kind, future.exception())
 
 
 def step_payload(step: AgentStep) -> dict[str, Any]:

@@ -25,9 +25,11 @@ from agents.services import (
     agent_run_advance,
     agent_step_claim,
     agent_step_record,
+    agent_step_record_and_advance,
     agent_tool_price_refusal,
 )
 from agents.tools import ToolOutcome, registered_tool, tool_call
+from ledger.config_cache import config_pinned, config_recheck
 from runtime.db_connections import release_connection
 
 __all__ = ["agent_tools_run"]
@@ -35,14 +37,25 @@ __all__ = ["agent_tools_run"]
 logger = logging.getLogger(__name__)
 
 
-def _run_one(step_id: int) -> bool:
-    """Claim, call and record one tool call; False when another copy has it (or had it)."""
-    name = AgentStep.objects.filter(id=step_id).values_list("name", flat=True).first()
+def _run_one(
+    step_id: int,
+    name: str | None = None,
+    *,
+    run_id: uuid.UUID | None = None,
+    advance: bool = False,
+) -> tuple[bool, bool]:
+    """Claim, call and record one tool call: (recorded, next turn submitted); (False, False)
+    when another copy has it (or had it). ``name`` and ``run_id``: the step's, when the caller
+    read them. ``advance``: the turn's only call, recorded with the next turn's submit."""
+    if name is None:
+        name = AgentStep.objects.filter(id=step_id).values_list("name", flat=True).first()
     tool = registered_tool(name or "")
     timeout = tool.timeout if tool else DEFAULT_TIMEOUT
-    step = agent_step_claim(step_id=step_id, lease_seconds=timeout + LEASE_MARGIN_SECONDS)
+    step = agent_step_claim(
+        step_id=step_id, lease_seconds=timeout + LEASE_MARGIN_SECONDS, run_id=run_id
+    )
     if step is None:
-        return False
+        return False, False
     refusal = (
         agent_tool_price_refusal(step=step, price_usd=tool.price_usd)
         if (tool and tool.price_usd)
@@ -53,7 +66,14 @@ def _run_one(step_id: int) -> bool:
         outcome = ToolOutcome(refusal, True, billable=False)
     else:
         outcome = tool_call(name=step.name, tool_input=step.input, call_id=step.call_id)
-    recorded = agent_step_record(step_id=step.id, attempt=step.attempts, outcome=outcome, tool=tool)
+        config_recheck()  # a change made during the call is seen by the next turn's submit
+    advanced = False
+    if advance:
+        recorded, advanced = agent_step_record_and_advance(step=step, outcome=outcome, tool=tool)
+    else:
+        recorded = agent_step_record(
+            step_id=step.id, attempt=step.attempts, outcome=outcome, tool=tool
+        )
     ended = "failed" if outcome.is_error else "completed"
     logger.log(
         logging.WARNING if outcome.stopped else logging.INFO,
@@ -65,12 +85,12 @@ def _run_one(step_id: int) -> bool:
         "" if recorded else " (not recorded: its lease had lapsed)",
         extra={"agent_run_id": str(step.run_id)},
     )
-    return recorded
+    return recorded, advanced
 
 
-def _run_one_in_pool(step_id: int) -> bool:
+def _run_one_in_pool(step: tuple[int, str]) -> bool:
     try:
-        return _run_one(step_id)
+        return _run_one(*step)[0]
     finally:
         connections.close_all()  # this thread's own connection
 
@@ -78,23 +98,40 @@ def _run_one_in_pool(step_id: int) -> bool:
 def agent_tools_run(*, run_id: uuid.UUID) -> str:
     """Run every pending tool call of the run, up to ``LLM_AGENT_TOOL_CONCURRENCY`` at once,
     then submit the next turn once all of the turn's calls are completed."""
-    run = AgentRun.objects.filter(id=run_id).only("id", "status").first()
-    if run is None or run.status != AgentRun.Status.RUNNING:
-        return "skipped: the run is not running"
+    # Prices and budgets checked once for the next turn's submit (ledger/config_cache.py).
+    with config_pinned():
+        return _tools_run(run_id)
+
+
+def _tools_run(run_id: uuid.UUID) -> str:
     pending = list(
         AgentStep.objects.filter(
-            run_id=run_id, kind=AgentStep.Kind.TOOL, status=AgentStep.Status.PENDING
+            run_id=run_id,
+            run__status=AgentRun.Status.RUNNING,
+            kind=AgentStep.Kind.TOOL,
+            status=AgentStep.Status.PENDING,
         )
         .order_by("index")
-        .values_list("id", flat=True)
+        .values_list("id", "name")
     )
-    ran = 0
+    if (
+        not pending
+        and not AgentRun.objects.filter(id=run_id, status=AgentRun.Status.RUNNING).exists()
+    ):
+        return "skipped: the run is not running"
     release_connection()  # the calls' threads take their own: this one waits holding none
+    ran = 0
     if len(pending) == 1:
-        ran = int(_run_one(pending[0]))  # one call: no thread, no second connection
+        # One call (no thread, no second connection): recorded with the next turn's submit.
+        recorded, advanced = _run_one(*pending[0], run_id=run_id, advance=True)
+        if recorded:
+            return _summary(1, advanced)
     elif pending:
         workers = min(settings.LLM_AGENT_TOOL_CONCURRENCY, len(pending))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent-tool") as pool:
             ran = sum(pool.map(_run_one_in_pool, pending))
-    advanced = agent_run_advance(run_id=run_id)
+    return _summary(ran, agent_run_advance(run_id=run_id))
+
+
+def _summary(ran: int, advanced: bool) -> str:
     return f"{ran} tool calls recorded; next turn {'submitted' if advanced else 'not yet'}"

@@ -33,7 +33,7 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from agents import events
-from agents.enqueue import agent_tools_enqueue
+from agents.enqueue import agent_tools_job_new, agent_tools_push
 from agents.models import AgentRun, AgentRunTag, AgentStep
 from agents.representation import agent_run_representation
 from agents.tools import AgentTool, ToolOutcome, registered_tool
@@ -60,6 +60,7 @@ __all__ = [
     "agent_run_job_transition",
     "agent_step_claim",
     "agent_step_record",
+    "agent_step_record_and_advance",
     "agent_tool_price_refusal",
     "agent_tools_enqueue_on_commit",
     "fail_run",
@@ -236,7 +237,8 @@ def _submit_turn(
             )
         _fail(run, "max_cost_exceeded", message)
         return
-    owner = user or User.objects.only("id").get(id=run.user_id)
+    # The job needs its owner's id alone (its row, its budgets): no read of the user's row.
+    owner = user or User(id=run.user_id)
     index = max((s.index for s in steps), default=-1) + 1
     # The job stores where its transcript is, not the transcript: stored per turn, a run's
     # transcripts grew as the square of its length (jobs/message_refs.py).
@@ -455,10 +457,10 @@ def _turn_completed(run: AgentRun, step: AgentStep, job: LlmJob) -> None:
         events.publish_run_on_commit(run)
         _alert_approval(run, [s for s in tool_steps if s.status == s.Status.WAITING_APPROVAL])
     elif AgentStep.Status.PENDING in statuses:
-        run.tools_enqueued_at = now
-        run.save(update_fields=["cost_usd", "tools_enqueued_at", "updated_at"])
+        pending = [s.name for s in tool_steps if s.status == AgentStep.Status.PENDING]
+        agent_tools_enqueue_on_commit(run, tool_names=pending)
+        run.save(update_fields=["cost_usd", "tools_enqueued_at", "tools_rq_job_id", "updated_at"])
         events.publish_run_on_commit(run)  # its cost changed
-        agent_tools_enqueue_on_commit(run.id)
     else:
         run.save(update_fields=["cost_usd", "updated_at"])
         _submit_turn(run, steps=_steps(run))
@@ -492,24 +494,43 @@ def _alert_approval(run: AgentRun, steps: list[AgentStep]) -> None:
 # --- Tool calls ---------------------------------------------------------------------------------
 
 
-def agent_tools_enqueue_on_commit(run_id: uuid.UUID) -> None:
-    """Put the run's tool task on the agents queue once the transaction commits. Redis being
-    down never fails the caller: the reconciler's sweep enqueues it again (agents/sweep.py)."""
-    transaction.on_commit(lambda: agent_tools_enqueue(run_id=run_id), robust=True)
+def agent_tools_enqueue_on_commit(run: AgentRun, *, tool_names: Sequence[str]) -> None:
+    """Name the run's next tool task (``tools_rq_job_id`` and ``tools_enqueued_at``, set on
+    ``run`` for the caller's save, in its transaction) and put it on the agents queue once the
+    transaction commits. Redis being down never fails the caller: the reconciler's sweep
+    enqueues it again (agents/sweep.py)."""
+    run.tools_rq_job_id = rq_job_id = agent_tools_job_new(run.id)
+    run.tools_enqueued_at = timezone.now()
+    run_id, names = run.id, list(tool_names)
+    transaction.on_commit(
+        lambda: agent_tools_push(run_id=run_id, rq_job_id=rq_job_id, tool_names=names),
+        robust=True,
+    )
 
 
-def agent_step_claim(*, step_id: int, lease_seconds: float) -> AgentStep | None:
+def agent_step_claim(
+    *, step_id: int, lease_seconds: float, run_id: uuid.UUID | None = None
+) -> AgentStep | None:
     """pending -> running for one tool call, only while its run is running: one conditional
-    UPDATE, exactly one winner. Returns the claimed step, or None."""
+    UPDATE, exactly one winner. Returns the claimed step, or None. ``run_id``: the step's run,
+    when the caller knows it (no read of the step first)."""
     with transaction.atomic():
-        step = AgentStep.objects.filter(id=step_id).only("id", "run_id").first()
-        if step is None:
-            return None
-        run = AgentRun.objects.select_for_update().only("id", "status").get(id=step.run_id)
-        if run.status != AgentRun.Status.RUNNING:
+        if run_id is None:
+            run_id = AgentStep.objects.filter(id=step_id).values_list("run_id", flat=True).first()
+            if run_id is None:
+                return None
+        run = (
+            AgentRun.objects.select_for_update()
+            .only("id", "status", "user_id")  # what the claim and its event read
+            .filter(id=run_id)
+            .first()
+        )
+        if run is None or run.status != AgentRun.Status.RUNNING:
             return None
         now = timezone.now()
-        if not AgentStep.objects.filter(id=step_id, status=AgentStep.Status.PENDING).update(
+        if not AgentStep.objects.filter(
+            id=step_id, run_id=run_id, status=AgentStep.Status.PENDING
+        ).update(
             status=AgentStep.Status.RUNNING,
             attempts=F("attempts") + 1,
             started_at=now,
@@ -543,16 +564,68 @@ def agent_step_record(
     """running -> completed with the call's result, only for the attempt that ran: a call the
     sweep took back meanwhile (lease lapsed) is recorded by its next attempt instead. A priced
     tool's call that reached it is booked in the ledger with the record, once."""
+    turn_job = _turn_job_locked(step_id, outcome=outcome, tool=tool)
+    return _record(step_id, attempt=attempt, outcome=outcome, tool=tool, turn_job=turn_job)
+
+
+@transaction.atomic
+def agent_step_record_and_advance(
+    *, step: AgentStep, outcome: ToolOutcome, tool: AgentTool | None = None
+) -> tuple[bool, bool]:
+    """``agent_step_record`` of a claimed ``step`` and then ``agent_run_advance`` of its run, in
+    one transaction (a turn's only call: one commit, not two). Returns (recorded, advanced)."""
+    turn_job = _turn_job_locked(step.id, outcome=outcome, tool=tool)
+    # Job first, run second, steps last: the run is locked before the step's row is written.
+    run = AgentRun.objects.select_for_update().filter(id=step.run_id).first()
+    recorded = _record(
+        step.id,
+        attempt=step.attempts,
+        outcome=outcome,
+        tool=tool,
+        turn_job=turn_job,
+        run=run,
+        claimed=step,
+    )
+    if run is None:
+        return recorded, False
+    try:
+        # A savepoint: whatever stops the submit, the call's record commits (a completed call
+        # never runs again), and the sweep submits the turn (agents/sweep.py).
+        with transaction.atomic():
+            return recorded, _advance(run)
+    except Exception:
+        logger.exception("agent run %s: the next turn was not submitted", run.id)
+        return recorded, False
+
+
+def _turn_job_locked(
+    step_id: int, *, outcome: ToolOutcome, tool: AgentTool | None
+) -> LlmJob | None:
+    """The turn's job, locked, when the call is to be booked (a priced tool that was called)."""
+    if tool is None or not tool.price_usd or not outcome.billable:
+        return None
+    # Job first (its priced calls are numbered under its lock), steps last.
+    step = AgentStep.objects.only("run_id", "turn").get(id=step_id)
+    return (
+        LlmJob.objects.select_for_update()
+        .filter(agent_step__run_id=step.run_id, agent_step__turn=step.turn)
+        .first()
+    )
+
+
+def _record(
+    step_id: int,
+    *,
+    attempt: int,
+    outcome: ToolOutcome,
+    tool: AgentTool | None,
+    turn_job: LlmJob | None,
+    run: AgentRun | None = None,
+    claimed: AgentStep | None = None,
+) -> bool:
+    """The record's UPDATE, its booking and its event; ``run`` and ``claimed`` (the step as
+    its claim read it) when the caller has them, else they are read."""
     now = timezone.now()
-    turn_job = None
-    if tool is not None and tool.price_usd and outcome.billable:
-        # Job first (its priced calls are numbered under its lock), steps last.
-        step = AgentStep.objects.only("run_id", "turn").get(id=step_id)
-        turn_job = (
-            LlmJob.objects.select_for_update()
-            .filter(agent_step__run_id=step.run_id, agent_step__turn=step.turn)
-            .first()
-        )
     recorded = AgentStep.objects.filter(
         id=step_id, status=AgentStep.Status.RUNNING, attempts=attempt
     ).update(
@@ -563,7 +636,17 @@ def agent_step_record(
         lease_until=None,
     )
     if recorded:
-        step = AgentStep.objects.select_related("run").get(id=step_id)
+        if claimed is not None and run is not None:
+            step = claimed  # what the UPDATE wrote, without reading it back
+            step.status, step.output, step.is_error = (
+                AgentStep.Status.COMPLETED,
+                outcome.output,
+                outcome.is_error,
+            )
+            step.finished_at, step.lease_until = now, None
+        else:
+            step = AgentStep.objects.select_related("run").get(id=step_id)
+            run = step.run
         if turn_job is not None and tool is not None and tool.price_usd:
             cost_entry_record_tool_call(
                 job=turn_job,
@@ -573,7 +656,7 @@ def agent_step_record(
                 price_usd=tool.price_usd,
                 is_error=outcome.is_error,
             )
-        events.publish_step_on_commit(step.run, step)
+        events.publish_step_on_commit(run, step)
     return bool(recorded)
 
 
@@ -582,7 +665,11 @@ def agent_run_advance(*, run_id: uuid.UUID) -> bool:
     """Once every tool call of the current turn is completed, submit the next turn (or stop at
     a limit). Safe to call any number of times: the run's lock and its last step decide."""
     run = AgentRun.objects.select_for_update().filter(id=run_id).first()
-    if run is None or run.status != AgentRun.Status.RUNNING:
+    return run is not None and _advance(run)
+
+
+def _advance(run: AgentRun) -> bool:
+    if run.status != AgentRun.Status.RUNNING:
         return False
     steps = _steps(run)
     if not steps or steps[-1].kind != AgentStep.Kind.TOOL:

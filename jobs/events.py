@@ -182,11 +182,12 @@ def publish_event(
 
 
 def publish_event_nowait(
-    groups: list[str], message: dict[str, Any], *, subject: str
+    groups: list[str], message: dict[str, Any], *, subject: str, urgent: bool = False
 ) -> "Future[None]":
     """Queue an event without waiting for it (a streaming job's deltas): the future says how it
-    went (``event_published``)."""
-    return _get_sender().send(subject, groups, message, urgent=False)
+    went (``event_published``). ``urgent``: in line with the transitions' events, ahead of
+    the deltas."""
+    return _get_sender().send(subject, groups, message, urgent=urgent)
 
 
 def event_published(future: "Future[None]", *, about: str, timeout: float) -> bool:

@@ -46,6 +46,7 @@ from jobs.services import (
 )
 from jobs.timeouts import job_timeout_for
 from ledger.budgets import BudgetRefusal, budget_release, budget_reserve
+from ledger.config_cache import config_pinned, config_recheck
 from ledger.models import CostEntry
 from ledger.services import AttemptRecord
 from llmops.logs import bind_log_context, log_context
@@ -90,7 +91,9 @@ def job_run(*, job_id: str, rq_job_id: str | None = None) -> str:
 
     Every line logged meanwhile carries the job's id, and once known its feature, model,
     attempt and the provider's request id (llmops/logs.py); they are unbound on return."""
-    with log_context(job_id=job_id):
+    # Prices, budgets and pauses checked once before the call and once after it
+    # (ledger/config_cache.py), not at each of their uses.
+    with log_context(job_id=job_id), config_pinned():
         return _job_run(job_id=job_id, rq_job_id=rq_job_id)
 
 
@@ -333,6 +336,7 @@ def _call_and_record(
                 )
             )
         finally:
+            config_recheck()  # a change made during the call is seen by its record
             live.close()
             # The call is over (answered, failed or cut off at its deadline): the claim
             # holds while its result is recorded, and no longer.

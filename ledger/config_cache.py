@@ -18,6 +18,11 @@ on every host at its next use after the commit, as a query would see it:
 - a thread whose own open transaction changed a price or a budget reads the database until
   that transaction ends (it must see its own uncommitted rows, and no one else may keep them).
 
+Within ``config_pinned()`` (one step of a job or an agent run) a thread checks the token once,
+at its first use, and keeps that copy to the block's end or its next ``config_recheck()``
+(after a provider call): one ``GET`` for the step instead of one for each of its four to eight
+uses, and a change is seen at the next step, as a change made during a step always was.
+
 Changes that bypass the model's signals (``QuerySet.update()``, raw SQL) are not seen until the
 next saved change or ``config_changed()``. Nothing in this codebase makes them.
 """
@@ -25,6 +30,8 @@ next saved change or ``config_changed()``. Nothing in this codebase makes them.
 import logging
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -40,7 +47,7 @@ from llmops.queues import LLM_QUEUE, config_token_key
 from providers.models import Provider
 from runtime.redis_clients import queue_connection
 
-__all__ = ["Snapshot", "config_changed", "config_snapshot"]
+__all__ = ["Snapshot", "config_changed", "config_pinned", "config_recheck", "config_snapshot"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +104,26 @@ class Snapshot:
 
 _current: Snapshot | None = None
 _load_lock = threading.Lock()
+_pin = threading.local()
+"""This thread's ``config_pinned()`` block: ``active``, and the copy it checked (``snapshot``)."""
+
+
+@contextmanager
+def config_pinned() -> Iterator[None]:
+    """Check the token once in this block, at the first use: later uses by this thread get the
+    same copy, until the block ends or ``config_recheck()``. Nested blocks are one block."""
+    outer = getattr(_pin, "active", False)
+    _pin.active = True
+    try:
+        yield
+    finally:
+        if not outer:
+            _pin.active, _pin.snapshot = False, None
+
+
+def config_recheck() -> None:
+    """In a ``config_pinned()`` block, check the token again at the next use (after a wait)."""
+    _pin.snapshot = None
 
 
 def config_snapshot() -> Snapshot | None:
@@ -108,26 +135,30 @@ def config_snapshot() -> Snapshot | None:
             return None
         # Its transaction is over: committed (the token is new) or rolled back.
         setattr(connection, _DIRTY, False)
-        _current = None
+        _current = _pin.snapshot = None
+    pinned = getattr(_pin, "active", False)
+    if pinned and getattr(_pin, "snapshot", None) is not None:
+        return _pin.snapshot  # type: ignore[no-any-return]
     try:
         token = _token()
     except RedisError:
         logger.debug("ledger config cache: Redis unreachable, reading the database")
         return None
     snapshot = _current
-    if snapshot is not None and snapshot.token == token:
-        return snapshot
-    with _load_lock:  # one load per change, not one per thread
-        snapshot = _current
-        if snapshot is None or snapshot.token != token:
-            snapshot = _current = _load(token)
+    if snapshot is None or snapshot.token != token:
+        with _load_lock:  # one load per change, not one per thread
+            snapshot = _current
+            if snapshot is None or snapshot.token != token:
+                snapshot = _current = _load(token)
+    if pinned:
+        _pin.snapshot = snapshot
     return snapshot
 
 
 def config_changed() -> None:
     """Make every process load prices and budgets again once the current transaction commits."""
     global _current
-    _current = None
+    _current = _pin.snapshot = None
     if connection.in_atomic_block:
         setattr(connection, _DIRTY, True)
     transaction.on_commit(_new_token)
@@ -144,7 +175,7 @@ def _token() -> str:
 
 def _new_token() -> None:
     global _current
-    _current = None
+    _current = _pin.snapshot = None
     setattr(connection, _DIRTY, False)
     try:
         queue_connection(LLM_QUEUE).set(config_token_key(), uuid.uuid4().hex, ex=TOKEN_TTL_SECONDS)

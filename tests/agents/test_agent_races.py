@@ -58,7 +58,7 @@ def test_a_run_whose_task_died_after_its_last_record_is_advanced_by_the_sweep(
     agent_workers.llm.work_once()
     agent_workers.agents.queue.empty()  # its task is lost ...
     (step,) = AgentStep.objects.filter(run=run, kind="tool")
-    assert _run_one(step.id)  # ... after the call was recorded, before the next turn
+    assert _run_one(step.id)[0]  # ... after the call was recorded, before the next turn
     assert LlmJob.objects.count() == 1
 
     report = agent_runs_resume()
