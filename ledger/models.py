@@ -88,8 +88,8 @@ class LedgerIsAppendOnly(ValueError):
 class CostEntryQuerySet(models.QuerySet["CostEntry"]):
     """Reads and inserts only: every way the ORM offers to rewrite or remove rows raises.
 
-    The database refuses the same on MariaDB/MySQL (triggers from migration 0003), so raw SQL
-    cannot do it either.
+    The database refuses the same on MariaDB/MySQL (triggers from migration 0003) and
+    PostgreSQL (0015), so raw SQL cannot do it either.
     """
 
     def update(self, **kwargs: Any) -> NoReturn:
@@ -128,8 +128,9 @@ class CostEntry(models.Model):
     """One provider attempt, priced. Append-only: corrections are new rows.
 
     Enforced three times: ``save()`` refuses an existing row, the default manager's QuerySet
-    refuses ``update()``/``bulk_update()``/``delete()``, and on MariaDB/MySQL database triggers
-    refuse ``UPDATE`` and ``DELETE`` on the table (see migration 0003 for the one escape hatch).
+    refuses ``update()``/``bulk_update()``/``delete()``, and on MariaDB/MySQL and PostgreSQL
+    database triggers refuse ``UPDATE`` and ``DELETE`` on the table (see migrations 0003 and
+    0015 for each one's escape hatch).
     """
 
     class Outcome(models.TextChoices):
