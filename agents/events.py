@@ -9,21 +9,24 @@
 ``agent.step`` goes out when a step starts or finishes, ``agent.updated`` when the run's status
 or cost changes. Published after the commit of the change, through the same sender as job events
 (jobs/events.py), in line with them and in order: best effort, never failing or holding a run.
-Nobody waits for their hand-off (a turn's commit queued four or five of them, each waited for
-in turn, before the run's next step was put on its queue); one that fails is logged.
+Each is queued without waiting for its hand-off (a turn's commit queued four or five, each
+waited for in turn); a run's tool task is pushed once they are out (``events_sent``), so that
+its calls' ``running`` never overtakes their ``pending``. One that fails is logged.
 """
 
 import logging
+import threading
 from concurrent.futures import Future
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from agents.models import AgentRun, AgentStep
-from jobs.events import publish_event_nowait
+from jobs.events import event_published, publish_event_nowait
 from llmops.queues import all_jobs_group, job_events_group
 
-__all__ = ["STEP", "UPDATED", "publish_run_on_commit", "publish_step_on_commit"]
+__all__ = ["STEP", "UPDATED", "events_sent", "publish_run_on_commit", "publish_step_on_commit"]
 
 logger = logging.getLogger("agents.events")
 
@@ -48,8 +51,22 @@ def _on_commit(user_id: int, run_id: Any, message: dict[str, Any]) -> None:
             logger.exception("agent run %s %s event failed", run_id, message["type"])
             return
         future.add_done_callback(lambda done: _log_failure(done, run_id, message["type"]))
+        _queued.last = future
 
     transaction.on_commit(publish)
+
+
+_queued = threading.local()
+"""The last event this thread queued (``last``): a subject's events go out in order."""
+
+
+def events_sent() -> None:
+    """Wait until the events this thread queued are handed off, at most
+    ``JOB_EVENTS_PUBLISH_TIMEOUT`` (one that is not is abandoned and logged, never sent late)."""
+    future = getattr(_queued, "last", None)
+    _queued.last = None
+    if future is not None:
+        event_published(future, about="agent run", timeout=settings.JOB_EVENTS_PUBLISH_TIMEOUT)
 
 
 def _log_failure(future: "Future[None]", run_id: Any, kind: str) -> None:

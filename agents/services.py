@@ -502,10 +502,12 @@ def agent_tools_enqueue_on_commit(run: AgentRun, *, tool_names: Sequence[str]) -
     run.tools_rq_job_id = rq_job_id = agent_tools_job_new(run.id)
     run.tools_enqueued_at = timezone.now()
     run_id, names = run.id, list(tool_names)
-    transaction.on_commit(
-        lambda: agent_tools_push(run_id=run_id, rq_job_id=rq_job_id, tool_names=names),
-        robust=True,
-    )
+
+    def push() -> None:
+        events.events_sent()  # the calls' "pending" out before a worker's "running"
+        agent_tools_push(run_id=run_id, rq_job_id=rq_job_id, tool_names=names)
+
+    transaction.on_commit(push, robust=True)
 
 
 def agent_step_claim(

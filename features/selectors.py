@@ -35,7 +35,13 @@ def fallback_models_for(*, feature: str) -> list[str]:
 
 def feature_defaults(*, feature: str) -> tuple[str, int | None, str]:
     """The feature's default mode (``realtime`` without a policy), deadline in seconds and
-    priority ('' if none: jobs/admission.py decides)."""
+    priority ('' if none: jobs/admission.py decides). From this process's copy of the
+    policies when it is current (ledger/config_cache.py): no query at each submit."""
+    from ledger.config_cache import config_snapshot
+
+    snapshot = config_snapshot()
+    if snapshot is not None:
+        return snapshot.feature_defaults.get(feature, ("realtime", None, ""))
     row = (
         FeaturePolicy.objects.filter(feature=feature)
         .values_list("mode", "deadline_seconds", "default_priority")

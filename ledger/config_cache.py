@@ -1,6 +1,7 @@
-"""The price table, the providers, the budgets and the paused features, kept in each process and
-read again only when one of them changes: every submit and every attempt asked the database for
-both (a submit twice, an attempt four times), though they change a few times a month.
+"""The price table, the providers, the budgets and the feature policies (paused, and what a job
+of the feature gets by default), kept in each process and read again only when one of them
+changes: every submit and every attempt asked the database for them (a submit three times, an
+attempt four times), though they change a few times a month.
 
 How a process knows its copy is current: a token in Redis (``config_token_key()``), which every
 save or delete of a ``ModelPrice`` or a ``Budget`` replaces once its transaction commits. Each
@@ -76,6 +77,9 @@ class Snapshot:
     """The key that minted each key minted by a key: its budget holds the minted key too."""
     paused_features: frozenset[str] = frozenset()
     """The features whose policy is paused (their jobs wait: jobs/pauses.py)."""
+    feature_defaults: dict[str, tuple[str, int | None, str]] = field(default_factory=dict)
+    """Each feature policy's mode, deadline in seconds and default priority, by feature
+    (features/selectors.py ``feature_defaults``: read at every submit)."""
 
     def price_at(self, model: str, at: datetime) -> ModelPrice | None:
         for price in self.prices.get(model, ()):
@@ -200,6 +204,11 @@ def _load(token: str) -> Snapshot:
             by_key.setdefault(budget.api_key_id, []).append(budget)
         elif budget.user_id is not None:
             by_user.setdefault(budget.user_id, []).append(budget)
+    policies = list(
+        FeaturePolicy.objects.values_list(
+            "feature", "mode", "deadline_seconds", "default_priority", "paused"
+        )
+    )
     return Snapshot(
         token=token,
         prices=prices,
@@ -211,9 +220,8 @@ def _load(token: str) -> Snapshot:
         key_parents=dict(ApiKey.objects.filter(parent__isnull=False).values_list("id", "parent_id"))
         if by_key
         else {},
-        paused_features=frozenset(
-            FeaturePolicy.objects.filter(paused=True).values_list("feature", flat=True)
-        ),
+        paused_features=frozenset(row[0] for row in policies if row[4]),
+        feature_defaults={row[0]: (row[1], row[2], row[3]) for row in policies},
     )
 
 
