@@ -114,7 +114,7 @@ test-postgres-core: dev-venv system services tools
 		$(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) db.sqlite3 staticfiles
+	rm -rf $(VENV) $(VENV60) db.sqlite3 staticfiles
 
 # The chaos drill (chaos/, docs/operations.md#chaos-drill): the production checklist's faults
 # against the fake provider and real workers, about ten minutes, on its own database (created
