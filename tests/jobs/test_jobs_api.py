@@ -46,8 +46,8 @@ def test_it_shows_a_queued_job(alice_client):
     job = submit(alice_client, system="Be brief.", temperature=0.2, metadata={"ticket": 7})
     body = alice_client.get(f"/api/v1/jobs/{job.id}/").json()
     assert set(body) == {
-        "id", "status", "feature", "model", "served_by", "kind", "mode", "priority", "provider_batch",
-        "concurrency_key", "attempts", "created_at", "started_at",
+        "id", "status", "feature", "model", "served_by", "kind", "mode", "priority",
+        "provider_batch", "concurrency_key", "attempts", "created_at", "started_at",
         "completed_at", "duration_ms", "next_attempt_at", "output", "usage", "cost_usd", "error",
         "tags", "deadline", "held_reason", "pruned_at",
     }  # fmt: skip
