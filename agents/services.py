@@ -309,11 +309,22 @@ def _finish(run: AgentRun, status: str, *, code: str = "", message: str = "") ->
             "updated_at",
         ]
     )
-    stopped = AgentStep.objects.filter(
-        run=run,
-        kind=AgentStep.Kind.TOOL,
-        status__in=[AgentStep.Status.PENDING, AgentStep.Status.WAITING_APPROVAL],
-    ).update(status=AgentStep.Status.CANCELLED, finished_at=run.finished_at)
+    waiting = [AgentStep.Status.PENDING, AgentStep.Status.WAITING_APPROVAL]
+    # Read, then written by id: an UPDATE by run and status went through the status index and
+    # locked every run's pending calls, deadlocking with other runs' claims. The run's lock
+    # keeps its calls from being added or claimed meanwhile.
+    ids = list(
+        AgentStep.objects.filter(run=run, kind=AgentStep.Kind.TOOL, status__in=waiting).values_list(
+            "id", flat=True
+        )
+    )
+    stopped = (
+        AgentStep.objects.filter(id__in=ids, status__in=waiting).update(
+            status=AgentStep.Status.CANCELLED, finished_at=run.finished_at
+        )
+        if ids
+        else 0
+    )
     if stopped:
         logger.info("agent run %s: %s waiting tool calls cancelled", run.id, stopped)
     events.publish_run_on_commit(run)
@@ -530,9 +541,7 @@ def agent_step_claim(
         if run is None or run.status != AgentRun.Status.RUNNING:
             return None
         now = timezone.now()
-        if not AgentStep.objects.filter(
-            id=step_id, run_id=run_id, status=AgentStep.Status.PENDING
-        ).update(
+        if not AgentStep.objects.filter(id=step_id, status=AgentStep.Status.PENDING).update(
             status=AgentStep.Status.RUNNING,
             attempts=F("attempts") + 1,
             started_at=now,
