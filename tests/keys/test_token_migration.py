@@ -21,10 +21,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 MIGRATION = importlib.import_module("keys.migrations.0002_import_drf_tokens")
 # As rest_framework.authtoken's migrations 0001-0004 left it.
+# The column named key is quoted for the database at hand (MariaDB's backticks, PostgreSQL's
+# double quotes); PostgreSQL names datetime(6) timestamp with time zone.
 CREATE_TABLE = """
 CREATE TABLE authtoken_token (
-    `key` varchar(40) NOT NULL PRIMARY KEY,
-    created datetime(6) NOT NULL,
+    {key} varchar(40) NOT NULL PRIMARY KEY,
+    created {datetime} NOT NULL,
     user_id integer NOT NULL UNIQUE,
     CONSTRAINT authtoken_token_user_id_fk FOREIGN KEY (user_id) REFERENCES auth_user (id)
 )
@@ -41,7 +43,14 @@ def _run_migration() -> None:
 def drf_tokens_table() -> Any:
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS authtoken_token")
-        cursor.execute(CREATE_TABLE)
+        cursor.execute(
+            CREATE_TABLE.format(
+                key=connection.ops.quote_name("key"),
+                datetime="timestamp with time zone"
+                if connection.vendor == "postgresql"
+                else "datetime(6)",
+            )
+        )
     yield
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS authtoken_token")
@@ -54,7 +63,8 @@ def test_migrated_tokens_keep_working_hashed_with_every_scope(
     with connection.cursor() as cursor:
         for user_id, token in tokens.items():
             cursor.execute(
-                "INSERT INTO authtoken_token (`key`, created, user_id) VALUES (%s, %s, %s)",
+                f"INSERT INTO authtoken_token ({connection.ops.quote_name('key')}, created,"
+                " user_id) VALUES (%s, %s, %s)",
                 [token, timezone.now(), user_id],
             )
     _run_migration()
