@@ -20,10 +20,10 @@ from agents.api_schema import (
     ApprovalSerializer,
 )
 from agents.control import agent_run_cancel, agent_step_decide
+from agents.creation import agent_run_create
 from agents.models import AgentRun
 from agents.representation import AgentRunOutputSerializer, AgentRunRowSerializer
 from agents.selectors import agent_run_get_for_user, agent_run_list_for_user, agent_run_steps
-from agents.services import agent_run_create
 from api.errors import ValidationFailed
 from api.run_views import (
     RunCancelApi,

@@ -1,7 +1,7 @@
-"""Every write on an agent run: create, cancel, approve or reject, the tool calls, and what
-each transition of a turn's job does.
+"""Every write on an agent run (its creation: agents/creation.py; cancel, approve or reject:
+agents/control.py), the tool calls, and what each transition of a turn's job does.
 
-    create                   -> queued, turn 1's job submitted               agent_run_create
+    create                   -> queued, turn 1's job submitted    agent_run_create (creation)
     turn job claimed         queued -> running                                (job transition)
     turn job completed       tool_use: tool steps (pending | waiting_approval)
                              and their task; otherwise -> completed           (job transition)
@@ -11,12 +11,10 @@ each transition of a turn's job does.
     approve / reject         waiting_approval -> running                      agent_step_decide
     cancel                   -> cancelled                                     agent_run_cancel
 
-(job transition): ``agent_run_job_transition``.
-
-``agent_run_job_transition`` runs inside the transaction of the job's own transition
-(jobs/transitions.py, ``in_transaction=True``), as pipelines do: a turn's answer, the tool steps
-it asks for and the next turn's job commit with the job's completion or not at all. Locks are
-always taken job first, run second, steps last.
+(job transition): ``agent_run_job_transition``, run inside the transaction of the job's own
+transition (jobs/transitions.py, ``in_transaction=True``), as pipelines do: a turn's answer, the
+tool steps it asks for and the next turn's job commit with the job's completion or not at all.
+Locks are always taken job first, run second, steps last.
 """
 
 import logging
@@ -28,19 +26,18 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
 from agents import events
 from agents.enqueue import agent_tools_job_new, agent_tools_push
-from agents.models import AgentRun, AgentRunTag, AgentStep
+from agents.models import AgentRun, AgentStep
 from agents.representation import agent_run_representation
 from agents.tools import AgentTool, ToolOutcome, registered_tool
 from agents.transcript import turn_messages, turn_messages_ref
-from agents.validation import MARKER_KEY, AgentRunRequest, validate_agent_run_request
-from api.errors import ApplicationError, Conflict, ValidationFailed
-from jobs.admission import idempotency_key_hash
+from agents.validation import MARKER_KEY
+from api.errors import ApplicationError, ValidationFailed
 from jobs.deadlines import deadline_passed
 from jobs.models import LlmJob
 from jobs.services import job_submit
@@ -48,15 +45,13 @@ from jobs.transitions import Transition
 from ledger.pricing import upper_bound_cost
 from ledger.selectors import price_for_model
 from ledger.services import cost_entry_record_tool_call
-from tracing.context import new_trace_fields, parse_traceparent, trace_parent_bound
+from tracing.context import parse_traceparent, trace_parent_bound
 from tracing.export import export_run_trace
 from webhooks.models import Subject
-from webhooks.services import webhook_record_subscribed, webhook_subscribe
-from webhooks.signing_secrets import signer_for
+from webhooks.services import webhook_record_subscribed
 
 __all__ = [
     "agent_run_advance",
-    "agent_run_create",
     "agent_run_job_transition",
     "agent_step_claim",
     "agent_step_record",
@@ -79,95 +74,6 @@ _WATCHED = frozenset(
     }
 )
 """The transitions that move a run; submits and scheduled retries never do."""
-
-
-# --- Create -------------------------------------------------------------------------------------
-
-
-def agent_run_create(
-    *,
-    user: User,
-    data: Any,
-    idempotency_key: str | None = None,
-    api_key_id: int | None = None,
-) -> tuple[AgentRun, bool]:
-    """Validate, insert the run and submit its first turn's job (enqueued on commit). A repeated
-    ``Idempotency-Key`` returns the first run (409 ``idempotency_conflict`` for another body).
-    Every turn's job records ``api_key_id``, the key that started the run."""
-    request = validate_agent_run_request(data, user=user, api_key_id=api_key_id)
-    fingerprint = request.fingerprint()
-    key_hash = None
-    if idempotency_key:
-        key_hash = idempotency_key_hash(idempotency_key)
-        existing = AgentRun.objects.filter(user=user, idempotency_key_hash=key_hash).first()
-        if existing is not None:
-            return _replay(existing, fingerprint), False
-    try:
-        with transaction.atomic():
-            run = _insert(user, request, fingerprint, idempotency_key, key_hash, api_key_id)
-    except IntegrityError:
-        if not key_hash:
-            raise
-        existing = AgentRun.objects.get(user=user, idempotency_key_hash=key_hash)
-        return _replay(existing, fingerprint), False
-    return run, True
-
-
-def _replay(run: AgentRun, fingerprint: str) -> AgentRun:
-    if run.request_fingerprint != fingerprint:
-        raise Conflict(
-            "This Idempotency-Key was used with a different request body.",
-            code="idempotency_conflict",
-            detail={"run_id": str(run.id)},
-        )
-    return run
-
-
-def _insert(
-    user: User,
-    request: AgentRunRequest,
-    fingerprint: str,
-    idempotency_key: str | None,
-    key_hash: str | None,
-    api_key_id: int | None,
-) -> AgentRun:
-    run = AgentRun.objects.create(
-        user=user,
-        api_key_id=api_key_id,
-        feature=request.feature,
-        model=request.model,
-        system=request.system,
-        messages=request.messages,
-        tools=request.tools,
-        max_tokens=request.max_tokens,
-        max_turns=request.max_turns,
-        max_cost_usd=request.max_cost_usd,
-        metadata=request.metadata,
-        deadline=request.deadline,
-        tags=request.tags,
-        priority=request.priority,
-        idempotency_key=idempotency_key or None,
-        idempotency_key_hash=key_hash,
-        request_fingerprint=fingerprint,
-        **new_trace_fields(),
-    )
-    AgentRunTag.objects.bulk_create(AgentRunTag(run=run, tag=tag) for tag in request.tags)
-    if request.callback_url:
-        webhook_subscribe(
-            subject_kind=Subject.AGENT_RUN,
-            subject_id=run.id,
-            url=request.callback_url,
-            signer=signer_for(api_key_id=api_key_id, feature=run.feature),
-        )
-    _submit_turn(run, steps=[], user=user, refuse=True)
-    logger.info(
-        "agent run %s created: %s tools, at most %s turns",
-        run.id,
-        len(run.tools),
-        run.max_turns,
-        extra={"agent_run_id": str(run.id)},
-    )
-    return run
 
 
 # --- Turns --------------------------------------------------------------------------------------

@@ -95,8 +95,8 @@ def measure(stack: Stack) -> None:
     import django_rq
     from django.contrib.auth import get_user_model
 
+    from agents.creation import agent_run_create
     from agents.models import AgentRun, AgentStep
-    from agents.services import agent_run_create
 
     django_rq.get_connection("default").flushdb()
     tools_line = " ".join(procfile_command("worker_agents", respawn=False))

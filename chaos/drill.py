@@ -28,8 +28,8 @@ from django.contrib.auth.models import User
 from django.db.models import Count
 from django.utils import timezone
 
+from agents.creation import agent_run_create
 from agents.models import AgentRun, AgentStep
-from agents.services import agent_run_create
 from alerts.dispatch import LOST_DELIVERY_GRACE_SECONDS, UNALERTED_FAILURE_GRACE_SECONDS
 from alerts.models import AlertDelivery, AlertFingerprint
 from api.errors import LimitExceeded

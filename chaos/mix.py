@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents.services import agent_run_create
+from agents.creation import agent_run_create
 from agents.tools import registered_tool
 from api.errors import ApplicationError, LimitExceeded, ValidationFailed
 from chaos import events

@@ -31,8 +31,8 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.utils import timezone
 from rq import Queue, Worker
 
+from agents.creation import agent_run_create
 from agents.models import AgentRun, AgentStep, DemoEmail
-from agents.services import agent_run_create
 from alerts.models import (
     Alert,
     AlertDelivery,
