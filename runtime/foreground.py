@@ -10,7 +10,8 @@ their own and gives it the terminal: Ctrl-C reaches the command (and the wrapper
 it), never ``make``. The command's exit code is passed on, except that a stop by Ctrl-C (130, or
 death by SIGINT) is a clean stop: 0. When the wrapper ends, ``make`` ends, and the user's shell
 takes the terminal back as after any foreground job. Without a terminal (CI, a pipe) it only runs
-the command and passes on its exit code, Ctrl-C's included.
+the command and passes on its exit code, Ctrl-C's included. SIGTERM and SIGHUP are passed on to
+the command, and the wrapper still waits for it to end.
 """
 
 import os
@@ -60,9 +61,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     at_terminal = _take_terminal()
     # The command gets Ctrl-C from the terminal (it shares this group); the wrapper waits for it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    process = subprocess.Popen(
-        args, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
-    )
+    process = subprocess.Popen(args, preexec_fn=_default_sigint)
+
+    def forward(signum: int, _frame: object) -> None:
+        # SIGTERM or SIGHUP to the wrapper (a killpg reaches the command too; honcho takes a
+        # second one as the first): the command stops as it would, and this waits for it, so
+        # that whoever waits for make waits for honcho's own stop of every process.
+        process.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, forward)
     code = process.wait()
     if at_terminal and code in INTERRUPTED:
         return 0

@@ -76,3 +76,41 @@ def test_make_run_starts_honcho_through_the_wrapper() -> None:
     assert re.search(
         r"exec \$\(BIN\)/python -m runtime\.foreground -- \$\(BIN\)/honcho start", recipe
     )
+
+
+SLOW_STOP = """\
+import pathlib, signal, sys, time
+def stop(*_):
+    time.sleep(1.0)  # honcho stopping every process takes a while
+    pathlib.Path(sys.argv[1]).write_text("stopped")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_sigterm_without_a_terminal_waits_for_the_command_to_stop(tmp_path: Path) -> None:
+    """How tests/ops/test_make_run.py (and a supervisor) stop make run: SIGTERM to make's process
+    group, wait for make, then SIGKILL what is left. make must not end before honcho has stopped
+    its processes, or the SIGKILL catches honcho mid-stop and its children live on."""
+    import signal
+    import subprocess
+
+    (tmp_path / "slow_stop.py").write_text(SLOW_STOP)
+    marker = tmp_path / "stopped"
+    command = f"cd {ROOT} && exec {sys.executable} -m runtime.foreground -- {sys.executable}"
+    (tmp_path / "Makefile").write_text(f"run:\n\t{command} {tmp_path}/slow_stop.py {marker}\n")
+    log = tmp_path / "make.log"
+    with log.open("wb") as out:
+        make = subprocess.Popen(
+            ["make", "-s", "run"], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while b"ready" not in log.read_bytes():
+        assert time.monotonic() < deadline and make.poll() is None, log.read_text()
+        time.sleep(0.05)
+    os.killpg(make.pid, signal.SIGTERM)
+    make.wait(timeout=30)
+    assert marker.exists(), f"make ended before the command had stopped: {log.read_text()}"
