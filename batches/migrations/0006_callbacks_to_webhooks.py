@@ -7,7 +7,17 @@ state, attempts, history, errors and times, the batch's URL, and the signer its 
 
 import uuid
 
+from django.core.management.color import no_style
 from django.db import migrations
+
+
+def _reset_sequence(schema_editor, model):  # type: ignore[no-untyped-def]
+    """Rows copied with their ids leave PostgreSQL's id sequence behind them (the next insert
+    would take an id already used); MariaDB's AUTO_INCREMENT follows by itself (no SQL)."""
+    connection = schema_editor.connection
+    with connection.cursor() as cursor:
+        for sql in connection.ops.sequence_reset_sql(no_style(), [model]):
+            cursor.execute(sql)
 
 
 def _signer(batch):  # type: ignore[no-untyped-def]
@@ -38,6 +48,7 @@ def to_webhooks(apps, schema_editor):  # type: ignore[no-untyped-def]
         )
         # auto_now_add: the time it was recorded is the callback's.
         new.filter(id=callback.id).update(created_at=callback.created_at)
+    _reset_sequence(schema_editor, new.model)
 
 
 def from_webhooks(apps, schema_editor):  # type: ignore[no-untyped-def]
@@ -62,6 +73,7 @@ def from_webhooks(apps, schema_editor):  # type: ignore[no-untyped-def]
         )
         old.filter(id=callback.id).update(created_at=delivery.created_at)
         new.filter(id=delivery.id).delete()
+    _reset_sequence(schema_editor, old.model)
 
 
 class Migration(migrations.Migration):
