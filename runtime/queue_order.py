@@ -12,7 +12,9 @@ before its first (LINSERT, O(n) in Redis).
 
 from typing import Any
 
+from redis import Redis
 from redis.client import Pipeline
+from redis.commands.core import Script
 from rq.queue import Queue
 
 from llmops.queues import LLM_QUEUE
@@ -63,6 +65,14 @@ return 0
 """
 
 _rq_push_job_id = Queue.push_job_id
+_scripts: dict[str, Script] = {}
+"""Each script once per process (its SHA-1 computed once); called with the client at hand."""
+
+
+def _script(connection: Redis, source: str) -> Script:
+    if source not in _scripts:
+        _scripts[source] = connection.register_script(source)
+    return _scripts[source]
 
 
 def _push_job_id(
@@ -71,7 +81,7 @@ def _push_job_id(
     if self.name != LLM_QUEUE:
         return _rq_push_job_id(self, job_id, pipeline=pipeline, at_front=at_front)
     client = pipeline if pipeline is not None else self.connection
-    script = self.connection.register_script(PUSH_SCRIPT)
+    script = _script(self.connection, PUSH_SCRIPT)
     return script(keys=[self.key], args=[job_id, "1" if at_front else "0"], client=client)
 
 
@@ -83,5 +93,5 @@ def install() -> None:
 def promote_to_front(queue: Queue, rq_job_id: str) -> bool:
     """Move a waiting RQ job id to the front of its queue; False if it was not in the list
     (already taken by a worker, or scheduled)."""
-    script = queue.connection.register_script(PROMOTE_SCRIPT)
-    return bool(script(keys=[queue.key], args=[rq_job_id]))
+    script = _script(queue.connection, PROMOTE_SCRIPT)
+    return bool(script(keys=[queue.key], args=[rq_job_id], client=queue.connection))
