@@ -42,7 +42,7 @@ from chaos.processes import Process, Stack, descendants, is_zombie
 from chaos.provider import FakeProvider
 from chaos.record import BreakerEvent, DrillRecord, FlushEvent, KillEvent, LongCallEvent
 
-__all__ = ["Conductor"]
+__all__ = ["STORM_MAX_EXTRA_SECONDS", "Conductor"]
 
 FAULT_401_MAX_SECONDS = 5.0
 """The 401s stop after this if the breaker has not opened by then (the check then says so)."""
@@ -53,6 +53,13 @@ KILL_IN_FLIGHT = 2
 one call may end in the instant between the look and the kill."""
 KILL_LATENCY_MS = "2000-3000"
 """The provider's latency while the kill waits: calls stay in flight long enough to be caught."""
+STORM_MAX_EXTRA_SECONDS = 10.0
+"""A storm (429, 529, dropped connections) whose windows passed before the provider served
+that fault once stays on until it has, this long at most (the check then says it did not
+happen): a window of clock time can see no call (a worker killed, a flush, a loaded machine),
+and with a share below 1 the calls in it can all draw no fault."""
+STORM_LOOK_SECONDS = 0.25
+"""How often an extended storm asks the provider what it served."""
 LONG_QUIET_SECONDS = LONG_CALL_SECONDS + 3.0
 """After the long-call window, no other provider fault for this long: a fault is drawn when a
 call ends, and a long call must end as an answer."""
@@ -114,6 +121,9 @@ class Conductor:
         self.kill_target: Process | None = None
         self.kill_worker_pid: int | None = None
         self.kill_waiting_since: float | None = None
+        self.storm_looked: dict[str, tuple[float, bool]] = {}
+        """kind -> (when the provider was last asked, whether it had served that fault)."""
+        self.storm_extended: set[str] = set()
 
     # --- the provider's configuration ------------------------------------------------------
 
@@ -126,8 +136,7 @@ class Conductor:
             ("429", self.options.rate_429),
             ("drop", self.options.drop_rate),
         ):
-            # A kind may have several windows (the mixed drill's storms, chaos/mix_plan.py).
-            if any(phase.kind == kind and phase.active(t) for phase in self.record.phases):
+            if self._storm_on(kind, t):
                 faults[kind] = rate
         exclusive = provider_faults_now(self.faults, t)
         if exclusive is not None:
@@ -148,6 +157,29 @@ class Conductor:
         return ("kill" not in self.phases or self.record.kill is not None) and (
             "kill-waiting" not in self.phases or self.record.kill_waiting is not None
         )
+
+    def _storm_on(self, kind: str, t: float) -> bool:
+        """Within one of the kind's windows (the mixed drill's storms may have several,
+        chaos/mix_plan.py), or after the last while the provider has not served it yet
+        (STORM_MAX_EXTRA_SECONDS at most)."""
+        phases = [phase for phase in self.record.phases if phase.kind == kind]
+        if any(phase.active(t) for phase in phases):
+            return True
+        ends = [phase.end for phase in phases if phase.end is not None and phase.end <= t]
+        if not ends or len(ends) < len(phases) or t - max(ends) > STORM_MAX_EXTRA_SECONDS:
+            return False
+        looked_at, served = self.storm_looked.get(kind, (float("-inf"), False))
+        if not served and t - looked_at >= STORM_LOOK_SECONDS:
+            stats = self.provider.stats()
+            count = stats.get("dropped", 0) if kind == "drop" else stats["by_status"].get(kind, 0)
+            served = int(count) > 0
+            self.storm_looked[kind] = (t, served)
+            if not served and kind not in self.storm_extended:
+                self.storm_extended.add(kind)
+                self.say(f"{t:6.1f}s  {kind}: none served in its window yet, kept on until one is")
+            elif served and kind in self.storm_extended:
+                self.say(f"{t:6.1f}s  {kind}: served, the storm ends")
+        return not served
 
     def _long_calls(self, t: float) -> bool:
         """Whether the provider answers slowly now: from the phase's start (once the 401s are
@@ -218,6 +250,7 @@ class Conductor:
             if kind in self.phases and event is None
         ]
         pending += [type(fault).__name__ for fault in self.faults if not fault.done()]
+        pending += [kind for kind in self.storm_extended if self._storm_on(kind, t)]
         long_call = self.record.long_call
         if long_call is not None and long_call.closed_at is None:
             pending.append("long")

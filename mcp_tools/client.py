@@ -10,21 +10,28 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio._backends._asyncio  # noqa: F401 (loaded here: a tool call's forked child must not import)
 import httpx
 import httpx2
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
-from mcp_types import RequestParamsMeta
 
 from mcp_tools.models import MCPServer
 from providers.key_envs import key_env_problem
 
-__all__ = ["IDEMPOTENCY_META_KEY", "MCPAnswer", "MCPUnavailable", "mcp_call", "mcp_list_tools"]
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp_types import RequestParamsMeta
+
+__all__ = [
+    "IDEMPOTENCY_META_KEY",
+    "MCPAnswer",
+    "MCPUnavailable",
+    "load_sdk",
+    "mcp_call",
+    "mcp_list_tools",
+]
 
 IDEMPOTENCY_META_KEY = "io.llmops/idempotency-key"
 """The ``_meta`` key of every call: the step's ``call_id``, the same on every retry, so that a
@@ -51,6 +58,17 @@ class MCPAnswer:
     """False: the call never reached the tool (down, refused): nothing to book."""
     failure: str = ""
     """Why the server could not be used (counted toward its alert); empty when it answered."""
+
+
+def load_sdk() -> None:
+    """Import the ``mcp`` SDK (about half a second of CPU) in this process, once. Not at module
+    import: every Django process (web, each worker, each command) would pay it, and most never
+    call an MCP server. The tool registry calls this when it offers an MCP tool, so that a
+    worker has it before it forks a tool call's child (agents/tool_processes.py), which must
+    not import."""
+    import mcp.client.streamable_http  # noqa: F401
+    import mcp.shared.exceptions  # noqa: F401
+    import mcp_types  # noqa: F401
 
 
 # --- Auth ---------------------------------------------------------------------------------------
@@ -124,6 +142,8 @@ def _leaves(error: BaseException) -> Iterator[BaseException]:
 def _why(error: BaseException, statuses: list[int], server: MCPServer) -> MCPUnavailable:
     """What went wrong, said for a person (never the error's own text: it may quote a URL's
     credentials or a header)."""
+    from mcp.shared.exceptions import MCPError
+
     refused = [s for s in statuses if s >= 400]
     if refused:
         status = refused[-1]
@@ -148,6 +168,9 @@ async def _with_session(server: MCPServer, headers: dict[str, str], use: Any) ->
 
     async def seen(response: httpx2.Response) -> None:
         statuses.append(response.status_code)
+
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
 
     http = httpx2.AsyncClient(
         headers=headers,
@@ -178,7 +201,7 @@ def _run(server: MCPServer, use: Any) -> Any:
 def mcp_list_tools(server: MCPServer) -> list[dict[str, Any]]:
     """Every tool the server lists (all pages): name, description, input schema."""
 
-    async def listing(client: Client) -> list[dict[str, Any]]:
+    async def listing(client: "Client") -> list[dict[str, Any]]:
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
         for _ in range(100):  # a server whose pages never end cannot hang a refresh
@@ -225,9 +248,11 @@ def mcp_call(
 ) -> MCPAnswer:
     """Call one tool; never raises. ``isError`` is an error result the model sees."""
 
-    async def call(client: Client) -> MCPAnswer:
+    async def call(client: "Client") -> MCPAnswer:
         result = await client.call_tool(
-            tool, arguments, meta=cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: idempotency_key})
+            tool,
+            arguments,
+            meta=cast("RequestParamsMeta", {IDEMPOTENCY_META_KEY: idempotency_key}),
         )
         return MCPAnswer(_output(result), bool(result.is_error))
 

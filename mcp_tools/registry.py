@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from agents.tools import TOOL_NAME_RE, AgentTool, ToolError
+from mcp_tools.client import load_sdk
 from mcp_tools.models import SEPARATOR, MCPServer
 
 __all__ = ["KILL_GRACE_SECONDS", "MCP_TOOLS", "SEPARATOR", "offered_tools", "tool_price"]
@@ -75,7 +76,10 @@ class MCPToolSource:
         if not separator:
             return None
         server = MCPServer.objects.filter(name=server_name, enabled=True).first()
-        return _tools_of(server).get(name) if server is not None else None
+        tool = _tools_of(server).get(name) if server is not None else None
+        if tool is not None:
+            load_sdk()  # before the call's child is forked: it must not import
+        return tool
 
     def tools(self) -> dict[str, AgentTool]:
         tools: dict[str, AgentTool] = {}

@@ -18,7 +18,7 @@ from rq import Worker
 
 from alerts.models import AlertRoute
 from chaos import FAULT_KINDS, DrillOptions, Report, evaluate
-from chaos.conductor import Conductor
+from chaos.conductor import STORM_MAX_EXTRA_SECONDS, Conductor
 from chaos.fault_checks import fault_checks
 from chaos.plan import LONG_CALL_MAX_WAIT_SECONDS, LONG_CALL_SECONDS, timeline
 from chaos.processes import Stack
@@ -222,6 +222,77 @@ def test_the_long_calls_wait_for_calls_to_arrive_however_slowly_the_drill_ticks(
     long_calls = {check.name: check for check in fault_checks(record)}["long calls ran once"]
     assert not long_calls.passed
     assert long_calls.figures.startswith("fault did not happen: 0 calls arrived")
+
+
+def test_a_storm_whose_window_saw_no_call_stays_on_until_the_provider_served_it(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    """A mixed drill (seed 914267, on a loaded machine) saw its 429 window pass while one llm
+    worker was killed and the queue flushed: no call drew a 429 and the check failed. A storm
+    now stays on past its window until the provider has served it once (10 s at most)."""
+    options = DrillOptions(faults=frozenset({"429"}), rate_429=1.0)
+    record = DrillRecord(
+        options=options,
+        phases=timeline(options),
+        knobs=[],
+        started_at=timezone.now(),
+        database="test",
+        redis="test",
+    )
+    provider = DrillProvider(fake_provider.url)
+    conductor = Conductor(
+        options=options,
+        record=record,
+        stack=Stack({}, tmp_path),
+        provider=provider,
+        user=make_user("drill"),
+        say=print,
+    )
+    (storm,) = record.phases
+    assert storm.end is not None
+
+    def faults() -> dict[str, float]:
+        return dict(provider.http.get("/_fake/faults").json()["faults"])
+
+    conductor.tick(storm.start)
+    assert faults() == {"429": 1.0}
+    conductor.tick(storm.end + 1)  # its window is over, and no call came
+    assert faults() == {"429": 1.0}, "none served yet: still on"
+    assert not conductor.done(storm.end + 1)
+
+    answer = fake_provider.http.post(
+        "/v1/messages",
+        json={"model": "claude-haiku-4-5", "max_tokens": 8, "messages": [_HELLO]},
+        headers={"x-api-key": "test"},
+    )
+    assert answer.status_code == 429
+    conductor.tick(storm.end + 2)
+    assert faults() == {} and conductor.done(storm.end + 2)
+
+    # Without any call, it gives up after STORM_MAX_EXTRA_SECONDS (the check then says so).
+    provider.http.post("/_fake/reset").raise_for_status()
+    quiet = Conductor(
+        options=options,
+        record=DrillRecord(
+            options=options,
+            phases=timeline(options),
+            knobs=[],
+            started_at=timezone.now(),
+            database="test",
+            redis="test",
+        ),
+        stack=Stack({}, tmp_path),
+        provider=provider,
+        user=make_user("drill2"),
+        say=print,
+    )
+    quiet.tick(storm.end + 1)
+    assert faults() == {"429": 1.0}
+    quiet.tick(storm.end + STORM_MAX_EXTRA_SECONDS + 1)
+    assert faults() == {} and quiet.done(storm.end + STORM_MAX_EXTRA_SECONDS + 1)
+
+
+_HELLO = {"role": "user", "content": "hello"}
 
 
 def test_it_refuses_to_run_where_rq_workers_already_run() -> None:

@@ -164,7 +164,10 @@ def test_a_socket_loses_what_its_user_lost_within_seconds(
             while (took := time.monotonic() - revoked) < REAUTH_SECONDS + 10:
                 # Bob's job keeps talking; the socket may hear what was sent before the check.
                 publish_job_event(job)
-                heard_after.append((took, ws.recv(timeout=0.2)))
+                try:
+                    heard_after.append((took, ws.recv(timeout=0.2)))
+                except TimeoutError:
+                    pass  # nothing within 0.2 s (a loaded machine, or no longer sent): go on
         took = time.monotonic() - revoked
     assert closed.value.rcvd is not None and closed.value.rcvd.code == code
     assert took < REAUTH_SECONDS + 3, took

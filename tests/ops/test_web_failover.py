@@ -330,7 +330,14 @@ def test_a_socket_on_a_lost_web_host_resumes_on_the_other_and_hears_the_rest_exa
     assert had < STREAM_TOKENS * 4 and not heard.ends, "the loss came too late to test anything"
 
     # 3. The client resumes through HAProxy from what it has.
-    with _open(stack, job, key, had) as second:
+    try:
+        second = _open(stack, job, key, had)
+    except TimeoutError:
+        pytest.fail(
+            f"the handshake through HAProxy took over 10 s, {time.monotonic() - lost_at:.2f} s "
+            f"after the loss; HAProxy: {stack.status()}\n{stack.output()}"
+        )
+    with second:
         reopened_at = time.monotonic()
         assert stack.holding() == survivor
         first_piece_at = None
