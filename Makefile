@@ -15,7 +15,7 @@ POSTGRES_CORE_TESTS := tests/ledger tests/metrics tests/keys/test_key_budgets.py
 # pytest-xdist workers for make test (each its own test database and Redis index, tests/parallel.py).
 TEST_WORKERS ?= 5
 
-.PHONY: run token test test-postgres test-postgres-core test-django60 test-django60-core venv-django60 lint typecheck venv dev-venv migrate services system browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming bench-embeddings bench-deferred bench-gateway bench-tracing chaos chaos-mix cluster-drill clean
+.PHONY: run token test test-long test-postgres test-postgres-core test-django60 test-django60-core venv-django60 lint typecheck venv dev-venv migrate services system browser tools bench bench-costs bench-metrics bench-dashboard bench-concurrency bench-ratelimit bench-submit bench-pipeline bench-agents bench-batch bench-streaming bench-embeddings bench-deferred bench-gateway bench-tracing chaos chaos-mix cluster-drill clean
 
 $(VENV)/.installed: requirements.txt
 	./scripts/system-deps.sh
@@ -72,7 +72,15 @@ typecheck: dev-venv
 
 test: dev-venv system services browser tools lint typecheck
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
-		$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --maxschedchunk 1 $(PYTEST_ARGS)
+		$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --maxschedchunk 1 -m "not long" \
+		$(PYTEST_ARGS)
+
+# The tests marked long (pyproject.toml): the API schema fuzzed as a user and as staff, every
+# runnable block of the README and docs against a real stack, 2,000 deferred jobs. About three
+# minutes of CPU that make test leaves out to stay under a quarter of an hour; CI runs both.
+test-long: dev-venv system services browser tools
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
+		$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --maxschedchunk 1 -m long $(PYTEST_ARGS)
 
 # Django 6.0 beside the 5.2 LTS of requirements.txt (docs/databases.md#django-versions): a venv of
 # its own on Python 3.12 (Django 6 needs it), requirements.txt and requirements-dev.txt with

@@ -241,6 +241,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 @pytest.mark.slow  # every operation fuzzed: two minutes, started first (tests/parallel.py)
+@pytest.mark.long  # a minute and a half of CPU per actor: make test-long
 @schema.parametrize()
 def test_it_answers_every_operation_as_documented(case: Any) -> None:
     case.call_and_validate()

@@ -225,6 +225,7 @@ def stack(
 
 
 @pytest.mark.slow  # a Django process starts for each manage.py line: 1.5 to 4 min here
+@pytest.mark.long  # most of a minute of CPU: make test-long
 @pytest.mark.django_db(transaction=True)  # the test database, which the stack's processes share
 def test_every_runnable_block_does_what_it_shows(stack: Stack) -> None:
     failures = []

@@ -53,6 +53,7 @@ def _bill(fake_provider: Any) -> dict[str, Any]:
 
 
 @pytest.mark.slow  # 2,000 jobs: three minutes of a worker, started first (tests/parallel.py)
+@pytest.mark.long  # 45 s of CPU in the test's own process: make test-long
 def test_deferred_jobs_complete_through_provider_batches_at_half_price(
     alice_client, workers, fake_provider, deferred_settings
 ):

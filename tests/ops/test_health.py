@@ -20,6 +20,7 @@ from django.test import Client
 from django.utils import timezone
 from rq import Worker
 from rq.utils import utcformat
+from rq.worker import WorkerStatus
 
 from llmops.env import database_url
 from llmops.queues import DEFAULT_QUEUE, LLM_QUEUE
@@ -105,6 +106,14 @@ def test_readyz_is_200_with_a_real_llm_worker_idle_or_not_and_503_once_it_stops(
 ):
     worker = spawned.start(worker_env(fake_provider), "rqworker", LLM_QUEUE, "--with-scheduler")
     wait_for(lambda: readyz()[0] == 200, timeout=30, what=f"ready\n{spawned.logs()}")
+    # Then in its loop: rq registers a worker before it starts the scheduler and installs its
+    # signal handlers, and a SIGTERM in between (a loaded machine) ends it without unregistering.
+    wait_for(
+        lambda: [w.get_state() for w in Worker.all(queue=django_rq.get_queue(LLM_QUEUE))]
+        == [WorkerStatus.IDLE],
+        timeout=30,
+        what=f"the worker idle in its loop\n{spawned.logs()}",
+    )
     status, body, _ = readyz()
     assert body["status"] == "ready"
     assert {name: check["ok"] for name, check in body["checks"].items()} == {
