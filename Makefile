@@ -76,8 +76,9 @@ test: dev-venv system services browser tools lint typecheck
 		$(PYTEST_ARGS)
 
 # The tests marked long (pyproject.toml): the API schema fuzzed as a user and as staff, every
-# runnable block of the README and docs against a real stack, 2,000 deferred jobs. About three
-# minutes of CPU that make test leaves out to stay under a quarter of an hour; CI runs both.
+# runnable block of the README and docs against a real stack, 2,000 deferred jobs, 1,000 batch
+# items, the reduced mixed drill, the supervisord example. About four minutes of CPU that make
+# test leaves out to stay under a quarter of an hour; CI runs both.
 test-long: dev-venv system services browser tools
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${TEST_REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(BIN)/python -m pytest tests -q -n $(TEST_WORKERS) --maxschedchunk 1 -m long $(PYTEST_ARGS)

@@ -272,6 +272,7 @@ def supervisord(tmp_path: Path, fake_provider: Any) -> Iterator[Any]:
         server.wait(timeout=60)
 
 
+@pytest.mark.long  # supervisord and its programs, 28 s of CPU: make test-long
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("prices")
 def test_supervisorctl_stop_lets_the_calls_in_flight_finish(

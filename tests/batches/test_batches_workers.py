@@ -91,6 +91,7 @@ def items_by_job_status(batch: Batch) -> dict[str, int]:
     return {row["job__status"]: row["n"] for row in rows}
 
 
+@pytest.mark.long  # 20 s of CPU: make test-long (the other tests here run the same paths small)
 def test_a_thousand_items_report_exact_counts_run_duplicates_once_and_call_back_once(
     alice_client, fake_provider, processes, settings
 ):

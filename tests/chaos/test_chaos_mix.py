@@ -53,6 +53,7 @@ CHECKS = (
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 40 s of CPU; make test keeps the reduced drill of tests/chaos/test_chaos.py
 def test_the_reduced_mixed_drill_passes_every_check_and_leaves_nothing_behind(
     tmp_path: Path,
 ) -> None:
