@@ -182,12 +182,10 @@ def test_a_check_whose_fault_did_not_happen_says_so_and_fails() -> None:
         assert checks[name].figures.startswith("fault did not happen: "), checks[name]
 
 
-def test_the_long_calls_wait_for_calls_to_arrive_however_slowly_the_drill_ticks(
-    fake_provider: FakeProvider, tmp_path: Path
-) -> None:
-    """The issue's drill saw no long call: its window was two seconds of the drill's clock, and a
-    busy drill loop ticks less often than that. The window now lasts until calls arrived."""
-    options = DrillOptions(faults=frozenset({"long"}))
+def _conductor(
+    options: DrillOptions, provider: DrillProvider, tmp_path: Path, user: str
+) -> Conductor:
+    """A conductor of the options' faults alone, on a fresh record, with no processes."""
     record = DrillRecord(
         options=options,
         phases=timeline(options),
@@ -196,15 +194,25 @@ def test_the_long_calls_wait_for_calls_to_arrive_however_slowly_the_drill_ticks(
         database="test",
         redis="test",
     )
-    provider = DrillProvider(fake_provider.url)
-    conductor = Conductor(
+    return Conductor(
         options=options,
         record=record,
         stack=Stack({}, tmp_path),
         provider=provider,
-        user=make_user("drill"),
+        user=make_user(user),
         say=print,
     )
+
+
+def test_the_long_calls_wait_for_calls_to_arrive_however_slowly_the_drill_ticks(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    """The issue's drill saw no long call: its window was two seconds of the drill's clock, and a
+    busy drill loop ticks less often than that. The window now lasts until calls arrived."""
+    options = DrillOptions(faults=frozenset({"long"}))
+    provider = DrillProvider(fake_provider.url)
+    conductor = _conductor(options, provider, tmp_path, "drill")
+    record = conductor.record
     start = record.phases[0].start
 
     def latency() -> str:
@@ -231,24 +239,9 @@ def test_a_storm_whose_window_saw_no_call_stays_on_until_the_provider_served_it(
     worker was killed and the queue flushed: no call drew a 429 and the check failed. A storm
     now stays on past its window until the provider has served it once (10 s at most)."""
     options = DrillOptions(faults=frozenset({"429"}), rate_429=1.0)
-    record = DrillRecord(
-        options=options,
-        phases=timeline(options),
-        knobs=[],
-        started_at=timezone.now(),
-        database="test",
-        redis="test",
-    )
     provider = DrillProvider(fake_provider.url)
-    conductor = Conductor(
-        options=options,
-        record=record,
-        stack=Stack({}, tmp_path),
-        provider=provider,
-        user=make_user("drill"),
-        say=print,
-    )
-    (storm,) = record.phases
+    conductor = _conductor(options, provider, tmp_path, "drill")
+    (storm,) = conductor.record.phases
     assert storm.end is not None
 
     def faults() -> dict[str, float]:
@@ -271,21 +264,7 @@ def test_a_storm_whose_window_saw_no_call_stays_on_until_the_provider_served_it(
 
     # Without any call, it gives up after STORM_MAX_EXTRA_SECONDS (the check then says so).
     provider.http.post("/_fake/reset").raise_for_status()
-    quiet = Conductor(
-        options=options,
-        record=DrillRecord(
-            options=options,
-            phases=timeline(options),
-            knobs=[],
-            started_at=timezone.now(),
-            database="test",
-            redis="test",
-        ),
-        stack=Stack({}, tmp_path),
-        provider=provider,
-        user=make_user("drill2"),
-        say=print,
-    )
+    quiet = _conductor(options, provider, tmp_path, "drill2")
     quiet.tick(storm.end + 1)
     assert faults() == {"429": 1.0}
     quiet.tick(storm.end + STORM_MAX_EXTRA_SECONDS + 1)
