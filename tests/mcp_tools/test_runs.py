@@ -200,15 +200,17 @@ def test_a_slow_server_gives_an_error_result_at_its_timeout_and_the_run_goes_on(
 ):
     register("slow", mcp_server.url, "--timeout", "1")
     body = run_body(
-        [call("slow__notify", team="ops", text="late", seconds=4)], "done", tools=["slow__notify"]
+        [call("slow__notify", team="ops", text="late", seconds=10)], "done", tools=["slow__notify"]
     )
     run = start_run(alice_client, body)
     started = time.monotonic()
     agent_workers.drain()
 
-    assert time.monotonic() - started < 4  # ended at the server's timeout, not the tool's end
+    assert time.monotonic() - started < 10  # the run did not wait for the tool's end
     assert detail(alice_client, run)["status"] == "completed"
     step = tool_step(run, "slow__notify")
+    # the call itself ended at the server's timeout (1 s), however slow the machine around it
+    assert 1 <= (step.finished_at - step.started_at).total_seconds() < 5
     assert step.is_error and "no answer within its timeout (1 s)" in step.output
     assert MCPServer.objects.get(name="slow").consecutive_failures == 1
 
