@@ -77,6 +77,45 @@ def test_a_call_after_warm_up_builds_no_parser_and_loads_no_module(fake_provider
     assert "new modules: []\n" in out, out
 
 
+COUNT_GENERIC_CLASSES = """
+import gc
+import pydantic._internal._generics as generics
+built = []
+original = generics.create_generic_submodel
+def counting(*args, **kwargs):
+    built.append(args[0])
+    return original(*args, **kwargs)
+generics.create_generic_submodel = counting
+from providers.base import ProviderRequest
+from providers.registry import get_provider
+"""
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_call_after_warm_up_builds_no_pydantic_class(fake_provider: Any, warm: bool) -> None:
+    """The stream accumulator's ``ParsedMessage[...]`` is parametrized at every call; without
+    the warm-up's reference each call builds the class again once the collector has run (the
+    control)."""
+    out = run_fresh(
+        COUNT_GENERIC_CLASSES
+        + ("get_provider().warm_up()\n" if warm else "")
+        + """
+        {call}
+        before = len(built)
+        gc.collect()  # as a worker's collector runs between jobs
+        {call}
+        gc.collect()
+        {call}
+        print("classes built by two calls:", len(built) - before, built[before:])
+        """.replace("        ", ""),
+        ANTHROPIC_BASE_URL=fake_provider.url,
+    )
+    if warm:
+        assert "classes built by two calls: 0 []" in out, out
+    else:
+        assert "classes built by two calls: 2 " in out, out
+
+
 def test_without_warm_up_the_same_call_builds_them(fake_provider: Any) -> None:
     """The check above can fail: the first call of a cold process builds adapters."""
     out = run_fresh(
