@@ -143,7 +143,8 @@ def _keep_parsed_message_class() -> None:
     made with the accumulator's own type variable, makes it a cache hit."""
     from anthropic.lib.streaming import _messages as accumulator
 
-    _KEPT_CLASSES.append(accumulator.ParsedMessage[accumulator.ResponseFormatT])
+    generic: Any = accumulator.ParsedMessage  # a runtime subscript, not an annotation
+    _KEPT_CLASSES.append(generic[accumulator.ResponseFormatT])
 
 
 def _warm_up_stream_parsing() -> None:
