@@ -25,8 +25,8 @@ DEVELOPMENT_SECRET_KEY = "dev-only-insecure-key-change-me-in-production"
 
 _ENGINES = {
     "sqlite": "django_prometheus.db.backends.sqlite3",
-    "mysql": "django_prometheus.db.backends.mysql",
-    "mariadb": "django_prometheus.db.backends.mysql",
+    "mysql": "llmops.db_backends.mysql",
+    "mariadb": "llmops.db_backends.mysql",
     "postgres": "django_prometheus.db.backends.postgresql",
     "postgresql": "django_prometheus.db.backends.postgresql",
 }

@@ -46,7 +46,7 @@ def test_options_in_the_query_go_to_the_driver_and_win(monkeypatch):
 
 def test_a_mariadb_url_keeps_utf8mb4_and_read_committed(monkeypatch):
     config = parse("mysql://root@127.0.0.1/llmops", monkeypatch)
-    assert config["ENGINE"] == "django_prometheus.db.backends.mysql"
+    assert config["ENGINE"] == "llmops.db_backends.mysql"
     assert config["OPTIONS"] == {
         "connect_timeout": 10,
         "charset": "utf8mb4",

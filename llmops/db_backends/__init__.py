@@ -1,0 +1,1 @@
+"""Database backends: django-prometheus's (every query counted) with what llmops's threads need."""
