@@ -428,3 +428,41 @@ def test_a_bad_worker_setting_stops_start_up(variable, value, message):
         cwd=ROOT, env={**os.environ, variable: value}, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+FREEZE_PROBE = """
+import gc, os, sys
+sys.path.insert(0, {root!r})
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "llmops.settings")
+import django
+django.setup()
+from django_rq.workers import get_worker
+import rq.worker.base
+import runtime.threaded_worker
+# Where each kind of worker starts its loop: report what the collector still tracks there.
+def probe(self, *args, **kwargs):
+    print(type(self).__name__, "frozen:", gc.get_freeze_count(), "tracked:", gc.get_count()[2])
+    return True
+runtime.threaded_worker.ThreadedWorker.work = probe
+rq.worker.base.BaseWorker.work = probe
+get_worker({queues}).work(burst=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("queues", "kind"),
+    [(["llm"], "ThreadedLlmWorker"), (["agents"], "ThreadedLlmWorker"), (["default"], "LlmWorker")],
+)
+def test_every_worker_freezes_its_start_up_heap_before_its_first_job(queues, kind):
+    """gc.freeze before the loop (runtime/workers.py ``freeze_startup_heap``): the collector no
+    longer walks, and writes to, the start-up heap that every fork (a tool call's child, a work
+    horse) shares copy-on-write."""
+    result = subprocess.run(
+        [sys.executable, "-c", FREEZE_PROBE.format(root=str(ROOT), queues=", ".join(
+            repr(q) for q in queues))],
+        cwd=ROOT, env={**os.environ, "LOG_LEVEL": "WARNING"}, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    name, _, frozen, _, tracked = result.stdout.split()
+    assert name == kind and int(frozen) > 100_000, result.stdout  # Django, the SDK, the tasks
