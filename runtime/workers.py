@@ -9,7 +9,6 @@ concurrency at 1, is rq's forking worker: alert deliveries rely on rq's own job 
 only a work horse process can enforce.
 """
 
-import gc
 import importlib
 import os
 from collections.abc import Iterable
@@ -25,7 +24,6 @@ from runtime.threaded_worker import ThreadedWorker
 
 __all__ = [
     "LlmWorker",
-    "freeze_startup_heap",
     "PreloadingWorker",
     "ThreadedLlmWorker",
     "lower_cpu_priority",
@@ -52,20 +50,6 @@ class PreloadingWorker(Worker):
             warm_up_providers()
         super().__init__(*args, **kwargs)
         named_once(self.connection)  # a work horse opens its own connections for every job
-
-
-def freeze_startup_heap() -> None:
-    """Put what the worker built at start-up (Django, the task modules, the provider's SDK) out
-    of the cyclic collector's reach, once, before its first job (``gc.freeze``).
-
-    A collection of the oldest generation walks every object it tracks and writes to each. In a
-    process that forks (an agent tool call's child, a forking worker's work horse) every page so
-    written after a fork is a copy-on-write fault, the start-up heap is most of the pages, and
-    the collector runs often in a busy worker. Frozen, those objects are never walked again (nor
-    collected: they live as long as the process anyway). ``make bench-agents``: 42.0-42.4 ->
-    46.3-47.3 steps/s (bench/README.md)."""
-    gc.collect()
-    gc.freeze()
 
 
 def lower_cpu_priority() -> None:
@@ -107,10 +91,6 @@ class LlmWorker(PreloadingWorker):
             return super().__new__(ThreadedLlmWorker)
         return super().__new__(cls)
 
-    def work(self, *args: Any, **kwargs: Any) -> bool:
-        freeze_startup_heap()
-        return super().work(*args, **kwargs)
-
 
 class ThreadedLlmWorker(ThreadedWorker, LlmWorker):
     """The llm queue's worker: the task modules and the SDK client loaded once, as for the
@@ -121,7 +101,3 @@ class ThreadedLlmWorker(ThreadedWorker, LlmWorker):
         if kwargs.get("concurrency") is None:
             kwargs["concurrency"] = thread_concurrency(queues) or 1
         super().__init__(queues, *args, **kwargs)
-
-    def work(self, *args: Any, **kwargs: Any) -> bool:
-        freeze_startup_heap()
-        return super().work(*args, **kwargs)
