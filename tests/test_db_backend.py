@@ -5,9 +5,10 @@ control shows what Django's backend (through django-prometheus) does."""
 
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.db.backends.signals import connection_created
 from django.db.utils import ConnectionHandler
 
@@ -73,19 +74,12 @@ def test_django_s_own_backend_opens_two(mysql: None) -> None:
 
 def test_the_orm_works_through_it_from_new_threads(mysql: None) -> None:
     assert connection.settings_dict["ENGINE"] == "llmops.db_backends.mysql"
-    found: list[object] = []
 
-    def lookup() -> None:
+    def lookup(_: int) -> object:
         try:
-            found.append(LlmJob.objects.filter(id=uuid.uuid4()).first())
+            return LlmJob.objects.filter(id=uuid.uuid4()).first()
         finally:
-            from django.db import connections
-
             connections.close_all()
 
-    threads = [threading.Thread(target=lookup) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert found == [None, None, None]
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="backend-test") as pool:
+        assert list(pool.map(lookup, range(3))) == [None, None, None]
