@@ -63,9 +63,10 @@ def page():
             else None,
         )
         # A script that Chromium dropped (NETWORK_CHANGED) leaves the page's later scripts
-        # without what it defines (CI: "$ is not a function" from the admin's autocomplete.js
-        # after jquery.init.js was dropped): such errors are printed, not counted, once a load
-        # of this test was dropped; the test's own checks still judge what the page shows.
+        # without what it defines (seen once in CI: "$ is not a function" on the admin's budget
+        # form while the cluster drill ran; the admin's scripts take $ from django.jQuery, which
+        # jquery.init.js defines): such errors are printed, not counted, once a load of this
+        # test was dropped; the test's own checks still judge what the page shows.
         dropped: list[str] = []
         tab.on(
             "requestfailed",
