@@ -156,6 +156,12 @@ def mix_plan(options: DrillOptions, seed: int) -> MixPlan:
         # One capped job whose worst case the capped budget can never take: refused at submit
         # whatever the timing (the others' are refused only if the window fills in time).
         jobs[capped[0]] = replace(jobs[capped[0]], output_tokens=OVERSIZED_TOKENS)
+    fallback = [index for index, job in enumerate(jobs) if job.kind == "fallback"]
+    if fallback and len(jobs[fallback[0]].script) < 2:
+        # One job that falls back whatever the draw: one 529 is answered by a retry on the
+        # job's own model (LLM_FALLBACK_AFTER_ATTEMPTS is 2), and seed 951820 drew one for
+        # each of its three, so no job of that drill fell back.
+        jobs[fallback[0]] = replace(jobs[fallback[0]], script=("529",) * 3)
     runs = [
         MixRun(
             cap_turns=rng.choice((None, rng.uniform(0.6, 1.4), rng.uniform(1.5, 3.5))),

@@ -100,6 +100,18 @@ def test_a_seed_draws_one_plan() -> None:
     assert {phase.kind for phase in first.phases} == set(MIX_FAULT_KINDS)
 
 
+@pytest.mark.parametrize("seed", [951820, 41, 42])
+def test_every_plan_has_a_job_that_falls_back(seed: int) -> None:
+    """The check "the mix ran every kind" needs a job completed on its fallback model: two 529s
+    at least (LLM_FALLBACK_AFTER_ATTEMPTS), whatever the draw. CI's seed 951820 drew one 529 for
+    each of its three fallback jobs, and the reduced drill failed that check."""
+    options = DrillOptions(
+        jobs=50, duration=25, agent_runs=5, faults=frozenset(MIX_FAULT_KINDS), seed=seed
+    )
+    scripts = [job.script for job in mix_plan(options, seed).jobs if job.kind == "fallback"]
+    assert scripts and max(len(script) for script in scripts) >= 2, scripts
+
+
 def _record(job_ids: list[str], **fields: object) -> DrillRecord:
     return DrillRecord(
         options=DrillOptions(jobs=len(job_ids), faults=frozenset()),
