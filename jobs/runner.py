@@ -80,9 +80,12 @@ lock: that copy handed the job on and only has its own bookkeeping left. A live 
 
 
 def _send_wait_bound() -> float:
-    # The longest ``rate_limit_sent`` waits: the paced slot (at most the in-process wait) and
-    # then at most one 429 pause.
-    return settings.LLM_RATE_LIMIT_MAX_WAIT_SECONDS + MAX_PAUSE_SECONDS + 1.0
+    # The longest ``rate_limit_sent`` waits: the paced slot (at most the in-process wait or
+    # the pace's horizon) and then at most one 429 pause.
+    ahead = max(
+        settings.LLM_RATE_LIMIT_MAX_WAIT_SECONDS, settings.LLM_RATE_LIMIT_PACE_AHEAD_SECONDS
+    )
+    return ahead + MAX_PAUSE_SECONDS + 1.0
 
 
 def job_run(*, job_id: str, rq_job_id: str | None = None) -> str:

@@ -16,6 +16,7 @@ __all__ = [
     "LLM_RATE_LIMIT_LEARNED_TTL_SECONDS",
     "LLM_RATE_LIMIT_MARGIN_SECONDS",
     "LLM_RATE_LIMIT_MAX_WAIT_SECONDS",
+    "LLM_RATE_LIMIT_PACE_AHEAD_SECONDS",
     "LLM_RATE_LIMIT_SLOW_START",
     "LLM_RATE_LIMIT_WINDOW_SECONDS",
     "LLM_USER_FAIR_SHARE",
@@ -26,6 +27,11 @@ LLM_RATE_LIMIT_ENABLED = env.switch("LLM_RATE_LIMIT_ENABLED", True)
 LLM_RATE_LIMITS = env.json_value("LLM_RATE_LIMITS", {})
 # Just under a second: a `retry-after: 1` pause has begun by then, so it is waited out here.
 LLM_RATE_LIMIT_MAX_WAIT_SECONDS = env.number("LLM_RATE_LIMIT_MAX_WAIT_SECONDS", 0.99, minimum=0.0)
+# A paced slot up to this far ahead is given to the call waiting only for it (it waits in
+# process): held jobs come back once a second (rq's scheduler), and a slot given to none is lost.
+LLM_RATE_LIMIT_PACE_AHEAD_SECONDS = env.number(
+    "LLM_RATE_LIMIT_PACE_AHEAD_SECONDS", 3.0, minimum=0.0
+)
 LLM_RATE_LIMIT_WINDOW_SECONDS = env.number("LLM_RATE_LIMIT_WINDOW_SECONDS", 60.0, minimum=0.1)
 # Send-to-arrival jitter: 0.25 s of a 60 s window costs 0.4 % of the limit.
 LLM_RATE_LIMIT_MARGIN_SECONDS = env.number("LLM_RATE_LIMIT_MARGIN_SECONDS", 0.25, minimum=0.0)

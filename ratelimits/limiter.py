@@ -173,6 +173,7 @@ def reserve_call(**call: Unpack[ReserveRequest]) -> tuple[list[str], list[Any]]:
         max(1, int(settings.LLM_RATE_LIMIT_BURST_RECOVERY_SECONDS * 1000)),
         repr(STRICT_PACE_STRETCH),
         1 if settings.LLM_RATE_LIMIT_SLOW_START else 0,
+        int(settings.LLM_RATE_LIMIT_PACE_AHEAD_SECONDS * 1000),
     ]
 
 

@@ -26,6 +26,8 @@
 --       19 how much longer the interval is at least while the burst is shrunk
 --          (STRICT_PACE_STRETCH; a margin learned from 429s, halved every ARGV 18 ms, may be more)
 --       20 1: a limiter that starts pacing starts with a burst of one (slow start)
+--       21 ms ahead a paced slot may be given to a call whose only wait it is
+--          (LLM_RATE_LIMIT_PACE_AHEAD_SECONDS; ARGV 15 when that is more; none when ARGV 15 is 0)
 -- Returns {status, ms, reason}: 1 admitted (start in ms: its paced slot); 0 wait ms in process
 -- then ask again; 2 hold: come
 -- back in ms (a job held before keeps its place; a new one queues behind its feature's line).
@@ -39,6 +41,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id, job, feature, user = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local window_ms = tonumber(ARGV[10])
 local max_wait = tonumber(ARGV[15])
+-- A caller that may not wait at all (0) is given no slot ahead either.
+local pace_ahead = max_wait
+if max_wait > 0 then pace_ahead = math.max(max_wait, tonumber(ARGV[21]) or 0) end
 
 local function int(x)
   return string.format('%d', math.floor(x))
@@ -275,11 +280,13 @@ local function unwait()
   end
 end
 
--- A call whose only wait is its paced slot, due within the wait it may still make, is given
--- that slot now (start in `ticket` ms): the threads waiting in process take the next slots in
--- turn instead of racing for each one, and a slot is not lost to the race's losers.
+-- A call whose only wait is its paced slot, due within ARGV 21 ms (or the wait it may still
+-- make), is given that slot now (start in `ticket` ms): the threads waiting in process take
+-- the next slots in turn instead of racing for each one, and a slot is not lost to the race's
+-- losers. Held jobs come back through rq's scheduler, once a second: a horizon of a few
+-- seconds keeps slots given out beyond the next return, so no slot passes with no call for it.
 local ticket = 0
-if reason == 'pacing' and pace_over <= max_wait then
+if reason == 'pacing' and pace_over <= pace_ahead then
   ticket = math.ceil(pace_over)
   reason = nil
 end

@@ -355,6 +355,24 @@ def test_requests_are_paced_with_a_bounded_burst(settings):
     assert len(times) >= 2 + 14  # 3 s at one per 0.2 s after the burst, less a slot or so
 
 
+def test_paced_slots_are_given_ahead_up_to_the_horizon_to_callers_that_may_wait(settings):
+    """A call whose only wait is its paced slot gets that slot up to
+    LLM_RATE_LIMIT_PACE_AHEAD_SECONDS ahead, beyond its own in-process wait: held jobs come back
+    once a second (rq's scheduler), and a slot nobody holds when it comes is lost. The next one
+    beyond the horizon is held; a caller that may not wait at all gets no slot ahead."""
+    settings.LLM_RATE_LIMIT_BURST_SECONDS = 0.1  # a burst of one call at 20 per 2 s (100 ms)
+    settings.LLM_RATE_LIMIT_PACE_AHEAD_SECONDS = 0.35
+    verdicts = reserve_together(rpm=20, waits=[150, 150, 150, 150, 150, 0])
+    assert verdicts[0].admitted and verdicts[0].ms == 0
+    slots = [v.ms for v in verdicts[1:4]]
+    assert all(v.admitted for v in verdicts[1:4]), verdicts
+    # Slots 100, 200 and 300 ms ahead: the last two past the callers' own 150 ms of wait.
+    assert [round(ms, -2) for ms in slots] == [100, 200, 300], slots
+    assert (verdicts[4].status, verdicts[4].reason) == (2, "pacing"), verdicts[4]
+    assert 350 < verdicts[4].ms <= 450, verdicts[4]  # beyond the horizon: held until its slot
+    assert (verdicts[5].status, verdicts[5].reason) == (2, "pacing"), verdicts[5]
+
+
 def test_a_429_that_still_shows_room_shrinks_the_burst_until_it_regrows(settings):
     """The provider refused a call its headers had room for: it enforces a shorter interval.
     The burst drops to one call (strict pacing) and doubles back every recovery period; a 429
