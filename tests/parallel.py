@@ -29,7 +29,7 @@ if _worker.startswith("gw"):
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list) -> None:  # type: ignore[type-arg]
     """Tests marked ``slow`` (a minute or more of real time: a default-settings recovery, the
-    reduced drill, a two-minute quiet socket) go first, so that their waits overlap the rest of
+    reduced drill, the cluster drill's freeze) go first, so that their waits overlap the rest of
     the suite instead of ending it on one worker. Every worker sorts the same way (xdist needs
     one order). After pytest-django's own sort (transactional tests last): most slow tests are
     transactional, and their flush empties what data migrations seeded (the prices), which
