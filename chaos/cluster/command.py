@@ -51,6 +51,11 @@ def add_arguments(parser: CommandParser) -> None:
         help=f"how long a path stays frozen (default {defaults.freeze_seconds:g})",
     )
     parser.add_argument(
+        "--no-mixed",
+        action="store_true",
+        help="leave out killing a worker host under a mixed load (streams, a batch, agent runs)",
+    )
+    parser.add_argument(
         "--no-redis-kill", action="store_true", help="leave out killing the Redis primary"
     )
     parser.add_argument(
@@ -90,6 +95,7 @@ def handle(command: BaseCommand, opts: dict[str, Any]) -> None:
     options = ClusterOptions(
         paths=_paths(opts["paths"]),
         kill=not opts["no_kill"],
+        mixed=not opts["no_mixed"],
         redis_kill=not opts["no_redis_kill"],
         waiting=opts["waiting"],
         web_kill=not opts["no_web_kill"],

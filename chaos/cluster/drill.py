@@ -21,6 +21,7 @@ from chaos.checks import Check
 from chaos.cluster.checks import scenario_checks
 from chaos.cluster.failover import redis_kill_scenario
 from chaos.cluster.failover_checks import redis_kill_checks
+from chaos.cluster.mixed import mixed_checks, mixed_kill_scenario
 from chaos.cluster.rate_limit import rate_limit_checks, rate_limit_scenario
 from chaos.cluster.redis_hosts import PRIMARY_HOST, SENTINEL_HOSTS
 from chaos.cluster.scenarios import ScenarioRecord, freeze_scenario, kill_scenario
@@ -41,6 +42,8 @@ class ClusterOptions:
     """The paths frozen, one scenario each, in this order."""
     kill: bool = True
     """Then kill every process on a worker host at once."""
+    mixed: bool = True
+    """Then kill every process on a worker host under a mixed load (chaos/cluster/mixed.py)."""
     redis_kill: bool = True
     """Then kill the Redis primary under Sentinel (its jobs waiting: ``waiting`` x 2)."""
     waiting: int = 4
@@ -79,7 +82,8 @@ class ClusterReport:
             f"Python {sys.version.split()[0]}); logs in {self.log_dir}",
             "hosts: db (root namespace: MariaDB through a forwarder, fake provider), redis1 "
             "(primary), redis2 (replica), a sentinel on each of redis1-3, w1 w2 w3 (llm "
-            "workers; reconciler, monitor and worker_default on w3), web1 web2 (the web line) "
+            "workers, agents workers in the mixed load; reconciler, monitor and worker_default "
+            "on w3), web1 web2 (the web line) "
             "behind HAProxy on db; every timing knob at its "
             "default",
         ]
@@ -213,6 +217,11 @@ def run_cluster_drill(options: ClusterOptions, *, say: Callable[[str], None]) ->
                 earlier_jobs=earlier, say=say,
             )  # fmt: skip
             report.scenarios.append((record, scenario_checks(record)))
+        if options.mixed:
+            mixed = mixed_kill_scenario(
+                cluster, provider, user, budget_id=budget.id, earlier_jobs=earlier, say=say
+            )
+            report.scenarios.append((mixed.record, mixed_checks(mixed)))
         if options.redis_kill:
             record = redis_kill_scenario(
                 cluster, provider, user, waiting=options.waiting,

@@ -87,15 +87,29 @@ class Cluster:
         for line in ("reconciler", "monitor", "worker_default"):
             self._start(host, f"{line}@{host.name}", procfile_command(line))
 
-    def start_worker(self, host: Host, *, concurrency: int | None = None) -> Process:
+    def start_worker(
+        self, host: Host, *, concurrency: int | None = None, env: dict[str, str] | None = None
+    ) -> Process:
         """The Procfile's llm worker on ``host``; running once it has registered with rq.
-        ``concurrency`` replaces LLM_WORKER_CONCURRENCY (its default otherwise)."""
-        args = procfile_command("worker_llm")
+        ``concurrency`` replaces LLM_WORKER_CONCURRENCY (its default otherwise); ``env`` adds
+        to its environment."""
+        more = dict(env or {})
         if concurrency is not None:
-            args = ["env", f"LLM_WORKER_CONCURRENCY={concurrency}", *args]
-        process = self._start(host, f"worker_llm@{host.name}", args)
+            more["LLM_WORKER_CONCURRENCY"] = str(concurrency)
+        process = self._start(host, f"worker_llm@{host.name}", _with_env("worker_llm", more))
         self.workers[host.name] = process
         return process
+
+    def start_agents_worker(self, host: Host, *, env: dict[str, str] | None = None) -> Process:
+        """The Procfile's agents worker on ``host`` (tool steps), ``env`` added."""
+        process = self._start(
+            host, f"worker_agents@{host.name}", _with_env("worker_agents", env or {})
+        )
+        self.workers[f"agents@{host.name}"] = process
+        return process
+
+    def stop_agents_worker(self, host: Host) -> None:
+        self._stop(self.workers.pop(f"agents@{host.name}", None))
 
     def worker_registered(self, host: Host) -> bool:
         from chaos import events
@@ -107,7 +121,9 @@ class Cluster:
     def stop_worker(self, host: Host) -> None:
         """A warm stop of the host's llm worker, then SIGKILL of what is left after
         WORKER_STOP_SECONDS (a worker still wedged on a frozen path)."""
-        process = self.workers.pop(host.name, None)
+        self._stop(self.workers.pop(host.name, None))
+
+    def _stop(self, process: Process | None) -> None:
         if process is None:
             return
         tree = process.tree()
@@ -137,6 +153,13 @@ class Cluster:
             if process.name.endswith(f"@{host.name}"):
                 self.stack.stopped_on_purpose.add(process.name)
         self.workers.pop(host.name, None)
+        self.workers.pop(f"agents@{host.name}", None)
         pids = self.topology.kill_host(host)
         time.sleep(0.2)
         return pids
+
+
+def _with_env(line: str, env: dict[str, str]) -> list[str]:
+    """The Procfile line's command, with ``env`` added to its environment."""
+    args = procfile_command(line)
+    return ["env", *(f"{k}={v}" for k, v in env.items()), *args] if env else args

@@ -81,8 +81,8 @@ def test_a_worker_host_frozen_on_every_path_for_70_s_completes_every_job_paid_on
     env["REDIS_URL"] = REDIS_URL
     done = subprocess.run(
         [sys.executable, "manage.py", "llm_cluster_drill",
-         "--paths", "everything", "--no-kill", "--no-redis-kill", "--no-web-kill",
-         "--no-rate-limit",
+         "--paths", "everything", "--no-kill", "--no-mixed", "--no-redis-kill",
+         "--no-web-kill", "--no-rate-limit",
          "--calls", "4",
          "--log-dir", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=420,
