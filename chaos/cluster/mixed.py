@@ -28,14 +28,20 @@ from chaos.agent_tools import CHAOS_AGENT_LOG, TOOL
 from chaos.budget_checks import budget_checks
 from chaos.checks import Check
 from chaos.cluster.checks import scenario_checks
-from chaos.cluster.scenarios import MODELS, ScenarioRecord, _collect, _submit, _watch
+from chaos.cluster.scenarios import (
+    MODELS,
+    ScenarioRecord,
+    _collect,
+    _submit,
+    _submit_stream,
+    _watch,
+)
 from chaos.cluster.services import Cluster
 from chaos.plan import DrillOptions
 from chaos.processes import wait_until
 from chaos.provider import FakeProvider
 from chaos.record import BudgetLook, DrillRecord
 from jobs.models import LlmJob
-from jobs.services import job_submit
 
 __all__ = ["MixedScenario", "mixed_checks", "mixed_kill_scenario"]
 
@@ -89,21 +95,6 @@ def _run(user: User, index: int) -> str:
         },
     )
     return str(run.id)
-
-
-def _stream(user: User, index: int) -> str:
-    job, _ = job_submit(
-        user=user,
-        data={
-            "feature": "cluster-mixed-stream",
-            "model": MODELS[index % len(MODELS)],
-            "messages": [
-                {"role": "user", "content": f"Stream {index}. fake_output_tokens={STREAM_TOKENS}"}
-            ],
-            "max_tokens": STREAM_TOKENS,
-        },
-    )
-    return str(job.id)
 
 
 def _batch(user: User) -> list[str]:
@@ -165,7 +156,12 @@ def mixed_kill_scenario(
     ):
         raise RuntimeError(f"the llm workers on {victim.name} and {other.name} did not start")
     jobs = [_submit(user, i, "mixed") for i in range(JOBS)]
-    jobs += [_stream(user, i) for i in range(STREAMS)]
+    jobs += [
+        _submit_stream(
+            user, i, feature="cluster-mixed-stream", model=MODELS[i % 2], tokens=STREAM_TOKENS
+        )
+        for i in range(STREAMS)
+    ]
     scenario.batch_jobs = _batch(user)
     scenario.run_ids = [_run(user, i) for i in range(RUNS)]
     record.other_jobs = jobs + scenario.batch_jobs

@@ -93,6 +93,23 @@ def _submit(user: User, index: int, tag: str, *, model: str | None = None) -> st
     return str(job.id)
 
 
+def _submit_stream(user: User, index: int, *, feature: str, model: str, tokens: int) -> str:
+    """A job whose answer is ``tokens`` long (the fake provider's ``fake_output_tokens``),
+    streamed at the provider's pace."""
+    job, _ = job_submit(
+        user=user,
+        data={
+            "feature": feature,
+            "model": model,
+            "messages": [
+                {"role": "user", "content": f"Stream {index}. fake_output_tokens={tokens}"}
+            ],
+            "max_tokens": tokens,
+        },
+    )
+    return str(job.id)
+
+
 def _hosts_by_ip(cluster: Cluster) -> dict[str, str]:
     return {host.ip: host.name for host in cluster.topology.hosts.values()}
 

@@ -16,13 +16,18 @@ from websockets.sync.client import connect
 
 from chaos.checks import Check
 from chaos.cluster.checks import _completed, _money, _stuck
-from chaos.cluster.scenarios import QUICK_LATENCY_MS, ScenarioRecord, _collect, _watch
+from chaos.cluster.scenarios import (
+    QUICK_LATENCY_MS,
+    ScenarioRecord,
+    _collect,
+    _submit_stream,
+    _watch,
+)
 from chaos.cluster.services import Cluster
 from chaos.cluster.web_hosts import WebFront
 from chaos.processes import wait_until
 from chaos.provider import FakeProvider
 from jobs.models import LlmJob
-from jobs.services import job_submit
 from keys.testing import api_key_for
 
 __all__ = ["web_kill_checks", "web_kill_scenario"]
@@ -101,22 +106,11 @@ def web_kill_scenario(
     wait_until(lambda: cluster.worker_registered(worker), timeout=90, every=0.5)
     clients = []
     for index in range(sockets):
-        job, _ = job_submit(
-            user=user,
-            data={
-                "feature": "cluster-sockets",
-                "model": "claude-haiku-4-5",
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": f"Stream {index}. fake_output_tokens={STREAM_TOKENS}",
-                    }
-                ],
-                "max_tokens": STREAM_TOKENS,
-            },
+        job_id = _submit_stream(
+            user, index, feature="cluster-sockets", model="claude-haiku-4-5", tokens=STREAM_TOKENS
         )
-        record.long_jobs.append(str(job.id))
-        clients.append(Client(str(job.id)))
+        record.long_jobs.append(job_id)
+        clients.append(Client(job_id))
     deadline = time.time() + 180
     threads = [
         threading.Thread(target=_listen, args=(front, key, c, deadline), daemon=True)
