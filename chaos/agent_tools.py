@@ -12,12 +12,21 @@ Registered in the drill's processes through ``LLM_AGENT_TOOL_MODULES`` (chaos/dr
 installed.
 """
 
+import json
 import os
 import time
+from typing import Any
 
 from agents.tools import agent_tool
 
-__all__ = ["CHAOS_AGENT_LOG", "HANG_TIMEOUT_SECONDS", "HANG_TOOL", "TOOL", "chaos_effect"]
+__all__ = [
+    "CHAOS_AGENT_LOG",
+    "HANG_TIMEOUT_SECONDS",
+    "HANG_TOOL",
+    "TOOL",
+    "chaos_effect",
+    "counted_run_data",
+]
 
 CHAOS_AGENT_LOG = "CHAOS_AGENT_LOG"
 TOOL = "chaos_effect"
@@ -60,3 +69,22 @@ def chaos_hang(*, call_id: str, seconds: float = 2 * HANG_TIMEOUT_SECONDS) -> st
     # The side effect: must never happen for a call stopped at its timeout.
     _log("effect", call_id)
     return "hung, then did its effect"
+
+
+def counted_run_data(*, feature: str, model: str, index: int) -> dict[str, Any]:
+    """An agent run of three turns (the fake provider's ``fake_tool_script``): the first with
+    two calls of the counted tool at once, the second with one, then the answer."""
+    script = [
+        [{"name": TOOL, "input": {"n": 1}}, {"name": TOOL, "input": {"n": 2}}],
+        [{"name": TOOL, "input": {"n": 3}}],
+        "done",
+    ]
+    return {
+        "feature": feature,
+        "model": model,
+        "max_tokens": 128,
+        "tools": [TOOL],
+        "messages": [
+            {"role": "user", "content": f"Agent run {index}. fake_tool_script={json.dumps(script)}"}
+        ],
+    }

@@ -34,7 +34,7 @@ from alerts.dispatch import LOST_DELIVERY_GRACE_SECONDS, UNALERTED_FAILURE_GRACE
 from alerts.models import AlertDelivery, AlertFingerprint
 from api.errors import LimitExceeded
 from chaos import events
-from chaos.agent_tools import CHAOS_AGENT_LOG, TOOL
+from chaos.agent_tools import CHAOS_AGENT_LOG, counted_run_data
 from chaos.conductor import Conductor, active_faults
 from chaos.plan import DrillOptions, Knob, Phase, knobs, timeline
 from chaos.processes import ROOT, Stack, free_port, wait_until
@@ -311,27 +311,9 @@ class Drill:
         assert self.user is not None
         index = len(record.agent_run_ids)
         assert AGENT_MODEL in MODELS
-        script = [
-            [{"name": TOOL, "input": {"n": 1}}, {"name": TOOL, "input": {"n": 2}}],
-            [{"name": TOOL, "input": {"n": 3}}],
-            "done",
-        ]
-        run, _ = agent_run_create(
-            user=self.user,
-            data={
-                "feature": AGENT_FEATURE,
-                # Not the model the kill-waiting fault limits: the runs leave that scenario alone.
-                "model": AGENT_MODEL,
-                "max_tokens": 128,
-                "tools": [TOOL],
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": f"Agent run {index}. fake_tool_script={json.dumps(script)}",
-                    }
-                ],
-            },
-        )
+        # Not the model the kill-waiting fault limits: the runs leave that scenario alone.
+        data = counted_run_data(feature=AGENT_FEATURE, model=AGENT_MODEL, index=index)
+        run, _ = agent_run_create(user=self.user, data=data)
         record.agent_run_ids.append(str(run.id))
 
     def _load(self, record: DrillRecord, conductor: Conductor, stack: Stack) -> None:

@@ -10,8 +10,8 @@ window above its limit at any look (one a second) and its window equal to the le
 no reservation left open.
 """
 
-import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,7 +24,7 @@ from agents.models import AgentRun, AgentStep
 from batches.services import batch_submit
 from chaos import events
 from chaos.agent_checks import agent_checks
-from chaos.agent_tools import CHAOS_AGENT_LOG, TOOL
+from chaos.agent_tools import CHAOS_AGENT_LOG, counted_run_data
 from chaos.budget_checks import budget_checks
 from chaos.checks import Check
 from chaos.cluster.checks import scenario_checks
@@ -69,31 +69,11 @@ class MixedScenario:
     tool_log: str = ""
     budget_id: int | None = None
     looks: BudgetLook = field(default_factory=BudgetLook)
-    in_flight_at_kill: dict[str, int] = field(default_factory=dict)
-    """Calls in flight per host at the kill (the provider's log)."""
 
 
 def _run(user: User, index: int) -> str:
-    script = [
-        [{"name": TOOL, "input": {"n": 1}}, {"name": TOOL, "input": {"n": 2}}],
-        [{"name": TOOL, "input": {"n": 3}}],
-        "done",
-    ]
-    run, _ = agent_run_create(
-        user=user,
-        data={
-            "feature": "cluster-mixed-agent",
-            "model": AGENT_MODEL,
-            "max_tokens": 128,
-            "tools": [TOOL],
-            "messages": [
-                {
-                    "role": "user",
-                    "content": f"Cluster run {index}. fake_tool_script={json.dumps(script)}",
-                }
-            ],
-        },
-    )
+    data = counted_run_data(feature="cluster-mixed-agent", model=AGENT_MODEL, index=index)
+    run, _ = agent_run_create(user=user, data=data)
     return str(run.id)
 
 
@@ -193,8 +173,11 @@ def mixed_kill_scenario(
     # The jobs whose calls were in flight on the victim at the kill: each must be sent again
     # within two minutes (the kill scenario's check reads them as ``long_jobs``).
     at_kill = [call for call in record.calls if call.arrived < record.fault_at <= call.ended]
-    for call in at_kill:
-        scenario.in_flight_at_kill[call.host] = scenario.in_flight_at_kill.get(call.host, 0) + 1
+    hosts = Counter(call.host for call in at_kill)
+    record.notes.append(
+        "calls in flight at the kill: "
+        + (", ".join(f"{name} {n}" for name, n in sorted(hosts.items())) or "none")
+    )
     killed = {call.job_id for call in at_kill if call.host == victim.name}
     record.long_jobs = [job for job in record.job_ids if job in killed]
     record.other_jobs = [job for job in record.other_jobs if job not in killed]
@@ -217,6 +200,4 @@ def mixed_checks(scenario: MixedScenario) -> list[Check]:
         agent_tool_log=scenario.tool_log,
         budget_looks=scenario.looks,
     )
-    hosts = ", ".join(f"{name} {n}" for name, n in sorted(scenario.in_flight_at_kill.items()))
-    record.notes.append(f"calls in flight at the kill: {hosts or 'none'}")
     return [*scenario_checks(record), *agent_checks(drill), *budget_checks(drill)]
