@@ -200,4 +200,11 @@ def mixed_checks(scenario: MixedScenario) -> list[Check]:
         agent_tool_log=scenario.tool_log,
         budget_looks=scenario.looks,
     )
-    return [*scenario_checks(record), *agent_checks(drill), *budget_checks(drill)]
+    # Without a call of the load in flight on the victim at the kill, "ran again within two
+    # minutes" would pass on nothing (an earlier run's jobs can take the workers first).
+    hit = Check(
+        "the kill cut calls of the load off on the host",
+        bool(record.long_jobs),
+        f"{len(record.long_jobs)} of the load's calls in flight on {record.victim} at the kill",
+    )
+    return [hit, *scenario_checks(record), *agent_checks(drill), *budget_checks(drill)]
