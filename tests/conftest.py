@@ -347,18 +347,18 @@ def procfile_command(name: str, *, port: int | None = None) -> list[str]:
 
 
 @contextmanager
-def web_server(*, workers: int, log: Path) -> Iterator[str]:
+def web_server(*, workers: int, log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     """The web server as the Procfile starts it (llmops/web.py under the respawn wrapper: HTTP and
     WebSocket on one port) in ``workers`` worker processes, on the test database, the
-    environment as it is now and a free port; its output goes to ``log``. Yields its http://
-    base URL."""
+    environment as it is now (plus ``env``) and a free port; its output goes to ``log``. Yields
+    its http:// base URL."""
     from django.db import connection
 
     from llmops.env import database_url
 
     if connection.vendor == "sqlite":
         pytest.skip("the server subprocess needs a database server, not an in-memory SQLite")
-    env = dict(os.environ)
+    env = {**os.environ, **(env or {})}
     env["DATABASE_URL"] = database_url(connection.settings_dict)
     env["WEB_CONCURRENCY"] = str(workers)
     # honcho runs the Procfile with the virtualenv's bin first on PATH.

@@ -1,8 +1,11 @@
 """The real stack the front-door tests drive with the official SDKs: the web server as the
 Procfile starts it (uvicorn, ASGI), a real llm worker (``manage.py rqworker llm``), the fake
-provider over HTTP (its Messages and OpenAI-compatible APIs), MariaDB and Redis."""
+provider over HTTP (its Messages and OpenAI-compatible APIs), MariaDB and Redis. The web server
+and the worker serve one test after another on a pytest worker (``_SharedProcesses``); the
+database and Redis are emptied between tests as for any other."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -15,7 +18,7 @@ import pytest
 
 from jobs.models import LlmJob
 from keys.testing import api_key_for
-from llmops.queues import LLM_QUEUE
+from llmops.queues import DEFAULT_QUEUE, LLM_QUEUE
 from tests.conftest import FakeProvider, make_user, web_server
 from tests.embeddings.conftest import local_openai  # noqa: F401  (fixture)
 from tests.jobs.test_takeover import Processes, wait_for, worker_env
@@ -32,6 +35,10 @@ class Stack:
     """An API key of ``user`` with every scope."""
     user: Any
     web_log: Path
+    shared: Processes
+    """The web server's and the llm worker's (``processes`` holds the test's own)."""
+    with_batches: Callable[[], None]
+    """Start the deferred loop and a default worker beside them (once: they are shared too)."""
 
     def anthropic(self, **options: Any) -> anthropic.Anthropic:
         return anthropic.Anthropic(
@@ -69,7 +76,7 @@ class Stack:
     def logs(self) -> str:
         """The tail of every process's output, for an assertion message."""
         web = self.web_log.read_text(errors="replace")[-3000:] if self.web_log.exists() else ""
-        return f"{self.processes.logs()}\n--- web ---\n{web}"
+        return f"{self.shared.logs()}\n{self.processes.logs()}\n--- web ---\n{web}"
 
 
 def billed_for(fake: FakeProvider, job_id: str) -> list[dict[str, Any]]:
@@ -91,8 +98,121 @@ def billed_usd(fake: FakeProvider, job_id: str) -> Decimal:
     )
 
 
+class _SharedProcesses:
+    """The web server and the llm worker of the package's tests on this pytest worker, started
+    by the first test that needs them and kept for the next one: starting them (two Django
+    processes and the SDK's import, about 3 s of CPU) was most of each test's cost. Stopped,
+    to start afresh for the next test, when a test leaves anything in flight (a job not final,
+    a call the provider still serves) or one of them has exited, and when the package's tests
+    on this worker are done (no other test may find an llm worker on its Redis index)."""
+
+    def __init__(self, log_dir: Path, fake: FakeProvider) -> None:
+        self.log_dir = log_dir
+        self.fake = fake
+        self.processes: Processes | None = None
+        self.web: ExitStack | None = None
+        self.url = ""
+        self.web_log = log_dir / "web.log"
+        self.starts = 0
+        self.batches = False
+
+    def ensure_running(self) -> None:
+        alive = self.processes is not None and all(
+            process.poll() is None for process, _ in self.processes.started
+        )
+        if alive and self.web is not None:
+            return
+        self.stop()
+        self.starts += 1
+        folder = self.log_dir / f"start-{self.starts}"
+        folder.mkdir()
+        env = worker_env(
+            self.fake,
+            LLM_RETRY_DELAY_SCALE="0.001",
+            LLM_RATE_LIMIT_ENABLED="False",
+            LLM_BREAKER_ENABLED="False",
+            LLM_HEARTBEAT_SECONDS="1",
+        )
+        self.processes = Processes(folder)
+        self.processes.start(env, "rqworker", LLM_QUEUE, "--with-scheduler")
+        self.batches = False
+        self.web_log = folder / "web.log"
+        self.web = ExitStack()
+        # The web's count_tokens asks the fake provider too.
+        self.url = self.web.enter_context(
+            web_server(workers=1, log=self.web_log, env={"ANTHROPIC_BASE_URL": self.fake.url})
+        )
+
+    def ensure_batches(self) -> None:
+        """The deferred loop at short timings (a batch sent at once, polled five times a second,
+        no extra margin before a deadline) and a default worker (a cancel's background job),
+        beside the running web server and llm worker."""
+        self.ensure_running()
+        if self.batches:
+            return
+        assert self.processes is not None
+        env = worker_env(
+            self.fake,
+            LLM_DEFERRED_FLUSH_SECONDS="0",
+            LLM_DEFERRED_POLL_SECONDS="0.2",
+            LLM_DEFERRED_FALLBACK_MARGIN_SECONDS="0",
+            LLM_RETRY_DELAY_SCALE="0.001",
+        )
+        self.processes.start(env, "deferred_batches", "--loop")
+        loop_log = self.processes.started[-1][1]
+        self.processes.start(env, "rqworker", DEFAULT_QUEUE)
+        # A test whose deadline leaves the loop a few seconds to send a batch must not spend
+        # them on the loop's start-up (a CI run under load sent nothing before the request's
+        # fallback line).
+        wait_for(
+            lambda: "loop started" in loop_log.read_text(errors="replace"),
+            timeout=60,
+            what="the deferred loop to start",
+        )
+        self.batches = True
+
+    def settle(self) -> None:
+        """After a test: keep the processes for the next one only if nothing of this test is
+        still running in them."""
+        if self.processes is None:
+            return
+
+        def quiet() -> bool:
+            return not (
+                LlmJob.objects.exclude(status__in=LlmJob.FINAL_STATUSES).exists()
+                or self.fake.http.get("/_fake/in_flight").json()["keys"]
+            )
+
+        try:
+            wait_for(quiet, timeout=3, what="the test's jobs and calls to end", every=0.2)
+        except AssertionError:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.web is not None:
+            self.web.close()
+            self.web = None
+        if self.processes is not None:
+            self.processes.stop_all()
+            self.processes = None
+
+
+@pytest.fixture(scope="package")
+def _shared(
+    django_db_setup: None,
+    fake_provider_process: FakeProvider,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[_SharedProcesses]:
+    shared = _SharedProcesses(tmp_path_factory.mktemp("gateway"), fake_provider_process)
+    try:
+        yield shared
+    finally:
+        shared.stop()
+
+
 @pytest.fixture
 def processes(tmp_path: Path) -> Iterator[Processes]:
+    """A test's own extra processes (the deferred loop, a default worker), stopped at its end."""
     started = Processes(tmp_path)
     try:
         yield started
@@ -105,23 +225,26 @@ def stack(
     transactional_db: None,
     prices: None,
     fake_provider: FakeProvider,
+    _shared: _SharedProcesses,
     processes: Processes,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Stack]:
-    """The web server and one llm worker, with fast retries and no rate limiter or breaker in the
-    way (each has tests of its own), and a user with a key."""
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_provider.url)  # the web's count_tokens
-    env = worker_env(
-        fake_provider,
-        LLM_RETRY_DELAY_SCALE="0.001",
-        LLM_RATE_LIMIT_ENABLED="False",
-        LLM_BREAKER_ENABLED="False",
-        LLM_HEARTBEAT_SECONDS="1",
-    )
-    processes.start(env, "rqworker", LLM_QUEUE, "--with-scheduler")
+    """The web server and one llm worker (shared with the package's next test on this pytest
+    worker, see _SharedProcesses), with fast retries and no rate limiter or breaker in the way
+    (each has tests of its own), and a user with a key."""
+    _shared.ensure_running()
+    assert _shared.processes is not None
     user = make_user("alice")
     secret = api_key_for(user)
-    web_log = tmp_path / "web.log"
-    with web_server(workers=1, log=web_log) as url:
-        yield Stack(url, fake_provider, processes, secret, user, web_log)
+    try:
+        yield Stack(
+            _shared.url,
+            fake_provider,
+            processes,
+            secret,
+            user,
+            _shared.web_log,
+            _shared.processes,
+            _shared.ensure_batches,
+        )
+    finally:
+        _shared.settle()

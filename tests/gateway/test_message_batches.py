@@ -20,10 +20,8 @@ from keys.testing import api_key_for
 from ledger.models import CostEntry
 from ledger.pricing import attempt_cost
 from ledger.selectors import price_for_model
-from llmops.queues import DEFAULT_QUEUE
 from tests.conftest import make_user
 from tests.gateway.conftest import Stack, billed_usd, wait_for
-from tests.jobs.test_takeover import worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,25 +46,9 @@ class BatchStack:
 
 @pytest.fixture
 def batches(stack: Stack) -> Iterator[BatchStack]:
-    """The stack, the deferred loop at short timings (a batch sent at once, polled five times a
-    second, no extra margin before a deadline) and a default worker."""
-    env = worker_env(
-        stack.fake,
-        LLM_DEFERRED_FLUSH_SECONDS="0",
-        LLM_DEFERRED_POLL_SECONDS="0.2",
-        LLM_DEFERRED_FALLBACK_MARGIN_SECONDS="0",
-        LLM_RETRY_DELAY_SCALE="0.001",
-    )
-    stack.processes.start(env, "deferred_batches", "--loop")
-    loop_log = stack.processes.started[-1][1]
-    stack.processes.start(env, "rqworker", DEFAULT_QUEUE)
-    # A test whose deadline leaves the loop a few seconds to send a batch must not spend them on
-    # the loop's start-up (a CI run under load sent nothing before the request's fallback line).
-    wait_for(
-        lambda: "loop started" in loop_log.read_text(errors="replace"),
-        timeout=60,
-        what="the deferred loop to start",
-    )
+    """The stack with the deferred loop at short timings and a default worker
+    (tests/gateway/conftest.py, ``_SharedProcesses.ensure_batches``)."""
+    stack.with_batches()
     yield BatchStack(stack, stack.anthropic())
 
 
