@@ -98,6 +98,22 @@ def billed_usd(fake: FakeProvider, job_id: str) -> Decimal:
     )
 
 
+_STACK_SETTINGS = {
+    "LLM_RETRY_DELAY_SCALE": "0.001",
+    "LLM_RATE_LIMIT_ENABLED": "False",
+    "LLM_BREAKER_ENABLED": "False",
+    "LLM_HEARTBEAT_SECONDS": "1",
+}
+"""Fast retries and no rate limiter or breaker in the way (each has tests of its own)."""
+_BATCH_SETTINGS = {
+    "LLM_DEFERRED_FLUSH_SECONDS": "0",
+    "LLM_DEFERRED_POLL_SECONDS": "0.2",
+    "LLM_DEFERRED_FALLBACK_MARGIN_SECONDS": "0",
+    "LLM_RETRY_DELAY_SCALE": "0.001",
+}
+"""The deferred loop's: a batch sent at once, polled five times a second, no extra margin."""
+
+
 class _SharedProcesses:
     """The web server and the llm worker of the package's tests on this pytest worker, started
     by the first test that needs them and kept for the next one: starting them (two Django
@@ -126,13 +142,7 @@ class _SharedProcesses:
         self.starts += 1
         folder = self.log_dir / f"start-{self.starts}"
         folder.mkdir()
-        env = worker_env(
-            self.fake,
-            LLM_RETRY_DELAY_SCALE="0.001",
-            LLM_RATE_LIMIT_ENABLED="False",
-            LLM_BREAKER_ENABLED="False",
-            LLM_HEARTBEAT_SECONDS="1",
-        )
+        env = worker_env(self.fake, **_STACK_SETTINGS)
         self.processes = Processes(folder)
         self.processes.start(env, "rqworker", LLM_QUEUE, "--with-scheduler")
         self.batches = False
@@ -151,13 +161,7 @@ class _SharedProcesses:
         if self.batches:
             return
         assert self.processes is not None
-        env = worker_env(
-            self.fake,
-            LLM_DEFERRED_FLUSH_SECONDS="0",
-            LLM_DEFERRED_POLL_SECONDS="0.2",
-            LLM_DEFERRED_FALLBACK_MARGIN_SECONDS="0",
-            LLM_RETRY_DELAY_SCALE="0.001",
-        )
+        env = worker_env(self.fake, **_BATCH_SETTINGS)
         self.processes.start(env, "deferred_batches", "--loop")
         loop_log = self.processes.started[-1][1]
         self.processes.start(env, "rqworker", DEFAULT_QUEUE)
