@@ -35,7 +35,8 @@ def test_websocket_door(door: Door) -> None:
         else:  # a page of ours in a browser, with no session
             kwargs["headers"] = [(b"origin", b"http://localhost")]
         comm = WebsocketCommunicator(application, path, **kwargs)
-        connected, code = await comm.connect()
+        # Ten seconds, not Channels' one, on a loaded machine (tests/jobs/test_events.py).
+        connected, code = await comm.connect(timeout=10)
         if not connected:
             return code
         await sync_to_async(publish_job_event)(job)
@@ -70,7 +71,8 @@ def test_websocket_scope_door(door: Door) -> None:
         comm = WebsocketCommunicator(
             application, world.path(door.what), subprotocols=["token", key]
         )
-        connected, code = await comm.connect()
+        # Ten seconds, not Channels' one, on a loaded machine (tests/jobs/test_events.py).
+        connected, code = await comm.connect(timeout=10)
         if not connected:
             return code
         await comm.disconnect()

@@ -32,6 +32,12 @@ def _session_cookie(client: Any) -> bytes:
 
 
 class _Communicator(WebsocketCommunicator):  # type: ignore[misc]
+    async def connect(self, timeout: float = 10) -> Any:
+        # Channels' one second is not enough for a handshake (a key's check, the groups' joins)
+        # on a loaded 2-core machine; a connect cut short there raised out of async_to_sync,
+        # whose clean-up then waits for the consumer task it cancels: a CI run hung there.
+        return await super().connect(timeout)
+
     async def disconnect(self, code: int = 1000, timeout: float = 10) -> None:
         # The consumer's clean-up may cancel its channel-layer receive again for a while
         # (jobs/channel_layer.py); Channels' one second cut it short on a loaded machine and
