@@ -6,6 +6,7 @@ from llmops.env import env
 __all__ = [
     "LLM_AGENT_APPROVAL_TIMEOUT_SECONDS",
     "LLM_AGENT_TOOL_CONCURRENCY",
+    "LLM_AGENT_TOOL_FORK_SERVER",
     "LLM_AGENT_TOOL_MODULES",
     "LLM_AGENT_WORKER_CONCURRENCY",
 ]
@@ -20,3 +21,6 @@ LLM_AGENT_APPROVAL_TIMEOUT_SECONDS = env.number(
 LLM_AGENT_TOOL_CONCURRENCY = env.integer("LLM_AGENT_TOOL_CONCURRENCY", 4, minimum=1)
 # Tool tasks (one per turn) one `rqworker agents` process runs at once, each on a thread.
 LLM_AGENT_WORKER_CONCURRENCY = env.integer("LLM_AGENT_WORKER_CONCURRENCY", 16, minimum=1)
+# The agents worker forks its tool calls from a fork server made at its start
+# (agents/fork_server.py); off: from the worker itself.
+LLM_AGENT_TOOL_FORK_SERVER = env.switch("LLM_AGENT_TOOL_FORK_SERVER", True)

@@ -6,7 +6,7 @@ child's process group with ``SIGKILL`` and reaps it: a call answered "timed out"
 running and does nothing more. A thread could only have been left behind, still running.
 
 The worker is multithreaded, and a forked child keeps only the thread that forked, so the child
-first makes itself safe to run (``_child_start``) and leaves with ``os._exit``, never running the
+first makes itself safe to run (``make_child_safe``) and leaves with ``os._exit``, never running the
 parent's exit handlers. Why each step, and what a call costs: docs/architecture.md, "Tools".
 """
 
@@ -14,19 +14,31 @@ import contextlib
 import ctypes
 import gc
 import json
+import logging
 import os
 import select
 import signal
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from django.db import connections
 
-__all__ = ["ChildEnd", "call_in_child"]
+__all__ = ["ChildEnd", "call_in_child", "fork_lock", "make_child_safe", "run_child"]
+
+logger = logging.getLogger(__name__)
+
+
+class ForkServer(Protocol):
+    """What forks a call in this process's place (agents/fork_server.py)."""
+
+    def spawn(self, name: str, kwargs: dict[str, Any], answer_fd: int) -> int | None: ...
+
+    def reap(self, pid: int) -> int | None: ...
+
 
 _HEADER = struct.Struct(">Q")
 """Each answer is its length, then its JSON. The pipe's end of file cannot say that the answer
@@ -44,6 +56,11 @@ except (OSError, AttributeError):  # not Linux: no parent-death signal, the time
 _fork_lock = threading.Lock()
 """One fork at a time, so that turning the collector off around a fork is not undone by another
 thread's fork in between."""
+_collecting = True
+"""Whether the collector ran before the fork under way (``fork_lock``): the child turns it back
+on after its freeze."""
+_KILLED_WITHIN_SECONDS = 5.0
+"""How long a fork server's child may take to die of its SIGKILL before the server reaps it."""
 
 
 @dataclass(frozen=True)
@@ -56,37 +73,41 @@ class ChildEnd:
     how: str = ""
 
 
-def call_in_child(work: Callable[[], Any], *, timeout: float) -> ChildEnd:
+def call_in_child(
+    work: Callable[[], Any],
+    *,
+    timeout: float,
+    server: ForkServer | None = None,
+    served: tuple[str, dict[str, Any]] | None = None,
+) -> ChildEnd:
     """Run ``work`` in a forked child and return its JSON-serialisable answer; at ``timeout``
     seconds the child (and whatever it started in its process group) is killed. Whatever
-    happens, the child is reaped before this returns: no process, zombie or thread is left."""
+    happens, the child is reaped before this returns: no process, zombie or thread is left.
+    ``served``: the same call as (name, keyword arguments), for ``server`` (this process's fork
+    server, agents/fork_server.py) to fork instead, when it can."""
     read_end, write_end = os.pipe()
-    parent_pid = os.getpid()
-    with _fork_lock:
-        collecting = gc.isenabled()
-        # No collection between the fork and the child's freeze (_child_start): the parent's
-        # other threads' objects are garbage in the child, and freeing some would do harm.
-        gc.disable()
+    pid: int | None = None
+    if server is not None and served is not None:
         try:
-            pid = os.fork()
-        except OSError as exc:
+            pid = server.spawn(served[0], served[1], write_end)
+        except (OSError, ValueError, KeyError) as exc:
             os.close(read_end)
             os.close(write_end)
-            return ChildEnd(how=f"it could not start: {exc}")
-        finally:
-            if collecting and os.getpid() == parent_pid:
-                gc.enable()
-        if pid == 0:
-            _child(work, read_end, write_end, parent_pid=parent_pid, collecting=collecting)
+            return ChildEnd(how=f"the tool fork server did not answer: {exc}")
+    if pid is None:
+        server = None
+        pid = _fork(work, read_end, write_end)
+        if pid is None:
+            os.close(read_end)
+            os.close(write_end)
+            return ChildEnd(how="it could not start")
     os.close(write_end)
-    with contextlib.suppress(OSError):
-        os.setpgid(pid, pid)  # as the child does: the group exists whoever runs first
     pidfd = -1
     try:
-        pidfd = os.pidfd_open(pid)  # Linux 5.3 or later
+        pidfd = os.pidfd_open(pid)  # Linux 5.3 or later; a fork server's child too
         answered, answer = _wait(read_end=read_end, pidfd=pidfd, timeout=timeout)
     finally:
-        status = _stop(pid)
+        status = _stop(pid, server, pidfd)
         os.close(read_end)
         if pidfd >= 0:
             os.close(pidfd)
@@ -94,7 +115,41 @@ def call_in_child(work: Callable[[], Any], *, timeout: float) -> ChildEnd:
         return ChildEnd(answer=answer)
     if answer is _TIMED_OUT:
         return ChildEnd(timed_out=True)
+    if status is None:
+        return ChildEnd(how="its fork server ended" if server else "how is not known")
     return ChildEnd(how=_how_it_ended(status))
+
+
+@contextlib.contextmanager
+def fork_lock(parent_pid: int) -> Iterator[None]:
+    """Around a fork of this (multithreaded) process: one fork at a time, and no collection
+    between the fork and the child's freeze (``make_child_safe``): the parent's other threads'
+    objects are garbage in the child, and freeing some would do harm."""
+    global _collecting
+    with _fork_lock:
+        _collecting = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if _collecting and os.getpid() == parent_pid:
+                gc.enable()
+
+
+def _fork(work: Callable[[], Any], read_end: int, write_end: int) -> int | None:
+    parent_pid = os.getpid()
+    try:
+        with fork_lock(parent_pid):
+            pid = os.fork()
+    except OSError as exc:
+        logger.warning("a tool call's process could not start: %s", exc)
+        return None
+    if pid == 0:
+        os.close(read_end)
+        run_child(work, parent_pid, write_end)
+    with contextlib.suppress(OSError):
+        os.setpgid(pid, pid)  # as the child does: the group exists whoever runs first
+    return pid
 
 
 _TIMED_OUT = object()
@@ -141,15 +196,19 @@ def _complete_answer(received: bytearray) -> tuple[Any] | None:
     return (json.loads(bytes(received[_HEADER.size : _HEADER.size + length])),)
 
 
-def _stop(pid: int) -> int:
-    """Kill the child and its process group, and reap it: its exit status."""
+def _stop(pid: int, server: ForkServer | None, pidfd: int) -> int | None:
+    """Kill the child and its process group, and reap it: its exit status (None: not known)."""
     for kill in (os.killpg, os.kill):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             kill(pid, signal.SIGKILL)
+    if server is not None:
+        if pidfd >= 0:  # dead, so that the server's reap does not wait
+            select.select([pidfd], [], [], _KILLED_WITHIN_SECONDS)
+        return server.reap(pid)
     try:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:  # reaped by someone else: nothing is known of how it ended
-        return 0
+        return None
     return status
 
 
@@ -159,13 +218,11 @@ def _how_it_ended(status: int) -> str:
     return f"exit code {os.waitstatus_to_exitcode(status)}"
 
 
-def _child(
-    work: Callable[[], Any], read_end: int, write_end: int, *, parent_pid: int, collecting: bool
-) -> NoReturn:
+def run_child(work: Callable[[], Any], parent_pid: int, write_end: int) -> NoReturn:
+    """In the forked child: make it safe, run ``work``, send its answer, leave."""
     code = _EXIT_NO_ANSWER
     try:
-        os.close(read_end)
-        _child_start(parent_pid, collecting=collecting)
+        make_child_safe(parent_pid)
         answer = json.dumps(work(), ensure_ascii=False).encode()
         connections.close_all()  # the child's own connections (the parent's were put aside)
         _write_all(write_end, _HEADER.pack(len(answer)) + answer)
@@ -178,14 +235,14 @@ _put_aside: list[Any] = []
 """In a child, the parent's connections of the thread that forked: kept, never closed."""
 
 
-def _child_start(parent_pid: int, *, collecting: bool) -> None:
-    """Make the forked child safe to run a tool in."""
+def make_child_safe(parent_pid: int) -> None:
+    """Make a child forked under ``fork_lock`` (or by the fork server) safe to run a tool in."""
     # The parent's other threads did not come along, and whatever only they referred to
     # (their thread-local database connections among it) is garbage here. Freed, a MySQL
     # connection says goodbye to the server on the socket the parent still uses, ending the
     # parent's session: keep all of it, never collected (it is the parent's memory anyway).
     gc.freeze()
-    if collecting:
+    if _collecting:
         gc.enable()
     os.setpgid(0, 0)  # a group of its own: killing it also ends what the tool started
     if _prctl is not None:

@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from agents.fork_server import ForkServer, fork_server, fork_server_start
 from agents.tool_processes import call_in_child
 from api.did_you_mean import nearest_name
 
@@ -45,6 +46,7 @@ __all__ = [
     "tool_call",
     "tool_load_problems",
     "tool_source_register",
+    "tool_fork_server_start",
     "tools_load",
     "unknown_tool_message",
 ]
@@ -265,7 +267,10 @@ def tool_call(*, name: str, tool_input: Any, call_id: str) -> ToolOutcome:
         kwargs = dict(tool_input)
         if tool.accepts_call_id:
             kwargs["call_id"] = call_id
-    ended = call_in_child(lambda: _answer(tool, kwargs), timeout=tool.timeout)
+    server = fork_server() if _served.get(name) is tool else None
+    ended = call_in_child(
+        lambda: _answer(tool, kwargs), timeout=tool.timeout, server=server, served=(name, kwargs)
+    )
     if ended.timed_out:
         return ToolOutcome(
             f"Timed out after {tool.timeout:g} s: the call was stopped and is no longer running",
@@ -303,3 +308,21 @@ def _answer(tool: AgentTool, kwargs: dict[str, Any]) -> dict[str, Any]:
             "is_error": True,
             "billable": True,
         }
+
+
+_served: dict[str, AgentTool] = {}
+"""The Python tools registered when this process started its fork server: the server's copy of
+the process has these very objects, so it can run their calls by name."""
+
+
+def tool_fork_server_start() -> ForkServer:
+    """Start a fork server for this process's tool calls (the agents worker does, at its start):
+    the calls of the Python tools registered now fork from it instead of from this process."""
+    if not _served:  # the first server's: a server started again is a copy with the same
+        _served.update(_registry)
+    return fork_server_start(serve=_serve)
+
+
+def _serve(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """In a child of the fork server: the call's answer."""
+    return _answer(_served[name], kwargs)

@@ -101,3 +101,9 @@ class ThreadedLlmWorker(ThreadedWorker, LlmWorker):
         if kwargs.get("concurrency") is None:
             kwargs["concurrency"] = thread_concurrency(queues) or 1
         super().__init__(queues, *args, **kwargs)
+        if _queue_names(queues) == [AGENTS_QUEUE] and settings.LLM_AGENT_TOOL_FORK_SERVER:
+            # Tool calls fork from a copy of this process made now, not from the process
+            # itself while its threads run (agents/fork_server.py).
+            from agents.tools import tool_fork_server_start
+
+            tool_fork_server_start()

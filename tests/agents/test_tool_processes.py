@@ -3,19 +3,23 @@ timeout, so that "timed out" means it no longer runs and its side effect never c
 thread or process left behind; the database reached on a connection of its own, the worker's
 sessions untouched; results and errors reach the model as before."""
 
+import fcntl
 import json
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.db import connection, connections
 
+import agents.tools
+from agents.fork_server import ForkServer, fork_server, fork_server_stop
 from agents.models import AgentStep, DemoEmail
 from agents.sweep import agent_runs_resume
-from agents.tools import ToolOutcome, tool_call
+from agents.tools import ToolOutcome, agent_tool, tool_call, tool_fork_server_start
 from tests.agents.conftest import TEST_TOOL_MODULES, call, detail, run_body, start_run, wait_for
 from tests.agents.tools import calls
 from tests.db_sessions import session_id
@@ -48,6 +52,36 @@ def _children() -> set[int]:
 def _running(pid: int) -> bool:
     stat = _stat(pid)
     return stat is not None and stat[0] not in ("Z", "X")
+
+
+@pytest.fixture(params=["forked by this process", "forked by its fork server"])
+def forking(request: pytest.FixtureRequest) -> Iterator[ForkServer | None]:
+    """Each call forked by this process itself, or by the fork server the agents worker starts
+    (agents/fork_server.py): the same guarantees either way."""
+    if request.param == "forked by this process":
+        yield None
+        return
+    server = tool_fork_server_start()
+    assert fork_server() is server and _running(server._pid)
+    try:
+        yield server
+    finally:
+        pid = server._pid
+        fork_server_stop()
+        assert not _running(pid)
+
+
+def _server_children(server: ForkServer | int | None) -> set[int]:
+    if server is None:
+        return set()
+    pid = server if isinstance(server, int) else server._pid
+    return {
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+        and (stat := _stat(int(entry.name))) is not None
+        and int(stat[1]) == pid
+    }
 
 
 def _connection_id() -> int:
@@ -92,7 +126,9 @@ def test_a_tool_past_its_timeout_is_stopped_and_its_side_effect_never_happens(
 
 
 @pytest.mark.redis
-def test_a_hanging_tool_is_stopped_at_its_timeout_and_leaves_no_thread_or_process_behind():
+def test_a_hanging_tool_is_stopped_at_its_timeout_and_leaves_no_thread_or_process_behind(
+    forking: ForkServer | None,
+):
     threads, children = _threads(), _children()
 
     for n in range(3):
@@ -105,6 +141,7 @@ def test_a_hanging_tool_is_stopped_at_its_timeout_and_leaves_no_thread_or_proces
     # None more (a thread or process of an earlier test may have ended meanwhile).
     assert _threads() <= threads
     assert _children() <= children  # each child killed and reaped: no zombie either
+    assert _server_children(forking) == set()  # the fork server's too
     started_pids = [c.split(":")[1:3] for c in calls() if c.startswith("hang:")]
     assert len(started_pids) == 3
     for child, sleeper in started_pids:
@@ -115,7 +152,9 @@ def test_a_hanging_tool_is_stopped_at_its_timeout_and_leaves_no_thread_or_proces
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_tool_reaches_the_database_on_a_connection_of_its_own_and_the_workers_stay_open():
+def test_a_tool_reaches_the_database_on_a_connection_of_its_own_and_the_workers_stay_open(
+    forking: ForkServer | None,
+):
     mine = _connection_id()
     theirs: dict[str, int] = {}
     idle, go_on = threading.Event(), threading.Event()
@@ -147,7 +186,7 @@ def test_a_tool_reaches_the_database_on_a_connection_of_its_own_and_the_workers_
 
 
 @pytest.mark.redis
-def test_results_and_errors_come_back_from_the_child_as_before():
+def test_results_and_errors_come_back_from_the_child_as_before(forking: ForkServer | None):
     assert tool_call(name="add", tool_input={"a": 1, "b": 2}, call_id="c") == ToolOutcome(
         '{"sum": 3}', False
     )
@@ -164,6 +203,60 @@ def test_results_and_errors_come_back_from_the_child_as_before():
         "The tool's process ended without a result (killed by SIGKILL)", True
     )
     assert calls() == ["add:c", "explode:c"]
+    assert _server_children(forking) == set()
+    # Whose child ran it: this process's, or the fork server's.
+    ran = json.loads(tool_call(name="parentage", tool_input={}, call_id="c").output)
+    assert ran["ppid"] == (forking._pid if forking else os.getpid())
+
+
+@pytest.mark.redis
+def test_a_fork_server_killed_mid_call_ends_the_call_and_another_one_starts():
+    server = tool_fork_server_start()
+    try:
+        first = server._pid
+        outcome: list[ToolOutcome] = []
+        thread = threading.Thread(
+            target=lambda: outcome.append(
+                tool_call(name="slow_effect", tool_input={"seconds": 3}, call_id="toolu_srv")
+            )
+        )
+        thread.start()
+        wait_for(lambda: "slow_effect:start:toolu_srv" in calls(), seconds=30)
+        os.kill(first, signal.SIGKILL)
+        thread.join(30)
+        # The call died with its server (its parent-death signal), without a result.
+        assert outcome == [
+            ToolOutcome("The tool's process ended without a result (its fork server ended)", True)
+        ]
+        time.sleep(3.5)
+        assert "slow_effect:toolu_srv" not in calls()
+        # Another server took its place; calls meanwhile forked here; none is left behind.
+        wait_for(lambda: fork_server() is not None and server._pid not in (0, first), seconds=10)
+        ran = json.loads(tool_call(name="parentage", tool_input={}, call_id="c").output)
+        assert ran["ppid"] == server._pid != first
+        assert not _running(first)
+    finally:
+        fork_server_stop()
+
+
+@pytest.mark.redis
+def test_a_tool_registered_after_the_fork_server_started_is_forked_by_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    server = tool_fork_server_start()
+    monkeypatch.setattr(agents.tools, "_registry", dict(agents.tools._registry))
+    try:
+
+        @agent_tool(description="Registered late.", input_schema={"type": "object"})
+        def registered_late() -> dict[str, int]:
+            return {"ppid": os.getppid()}
+
+        ran = json.loads(tool_call(name="registered_late", tool_input={}, call_id="c").output)
+        assert ran["ppid"] == os.getpid()  # the server has no such tool: forked here
+        ran = json.loads(tool_call(name="parentage", tool_input={}, call_id="c").output)
+        assert ran["ppid"] == server._pid
+    finally:
+        fork_server_stop()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -184,10 +277,40 @@ def test_a_call_whose_worker_is_killed_dies_with_it(
     )
     worker = processes.start(env, "rqworker", "agents")
     wait_for(lambda: any(c.startswith("slow_effect:start") for c in calls()), seconds=60)
+    # The worker's fork server (agents/fork_server.py), and the call's process its child.
+    servers = [
+        int(e.name)
+        for e in Path("/proc").iterdir()
+        if e.name.isdigit() and (stat := _stat(int(e.name))) and int(stat[1]) == worker.pid
+    ]
+    assert len(servers) == 1, servers
+    call_processes = _server_children(servers[0])
+    assert len(call_processes) == 1, call_processes
     os.kill(worker.pid, signal.SIGKILL)  # the worker alone, not its process group
     worker.wait(timeout=10)
+    wait_for(lambda: not any(_running(p) for p in [*servers, *call_processes]), seconds=5)
 
     time.sleep(4)  # past the end of the call, had it run on
     step = AgentStep.objects.get(run=run, kind="tool")
     assert f"slow_effect:{step.call_id}" not in calls(), processes.logs()
     assert step.status == "running"  # the sweep runs it again, once its lease lapses
+
+
+@pytest.mark.redis
+def test_the_fork_server_holds_nothing_the_worker_opened(tmp_path: Path):
+    """It lives as long as the worker: a descriptor it inherited and kept would keep a lock the
+    worker took (this suite's own machine-share locks hung so) or a socket the worker closed."""
+    held = (tmp_path / "lock").open("a")
+    fcntl.flock(held, fcntl.LOCK_SH)
+    server = tool_fork_server_start()
+    try:
+        held.close()  # the worker lets go
+        with (tmp_path / "lock").open("a") as other:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody holds it any more
+        # Its calls still log, and answer.
+        assert tool_call(name="add", tool_input={"a": 2, "b": 2}, call_id="c") == ToolOutcome(
+            '{"sum": 4}', False
+        )
+        assert fork_server() is server
+    finally:
+        fork_server_stop()

@@ -145,3 +145,8 @@ def die(*, how: str = "exit") -> str:
 @agent_tool(description="Returns what JSON cannot hold.", input_schema={"type": "object"})
 def not_json() -> dict[Any, int]:
     return {("a", "tuple"): 1}
+
+
+@agent_tool(description="Says its process and parent.", input_schema={"type": "object"})
+def parentage() -> dict[str, int]:
+    return {"pid": os.getpid(), "ppid": os.getppid()}
