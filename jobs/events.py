@@ -141,7 +141,11 @@ class _Sender:
                 continue  # abandoned by its caller (it waited too long): never sent late
             try:
                 layer = get_channel_layer()
-                if layer is not None:
+                send_many = getattr(layer, "group_send_many", None)
+                if send_many is not None:
+                    # Every group's members in one round trip (jobs/channel_layer.py).
+                    await send_many(groups, message)
+                elif layer is not None:
                     # The groups at once: one after the other they made the caller wait on
                     # twice as many Redis round trips.
                     await asyncio.gather(*(layer.group_send(group, message) for group in groups))
