@@ -5,8 +5,8 @@ Forking the worker itself for every call costs more than the fork: from the fork
 child's exit every page of the worker is shared copy-on-write, and the worker's other threads,
 which go on running Python, fault on each page they write. The fork server is a copy of the
 worker that runs nothing but this loop, so the pages its children share are never written
-to by anyone else. The agents worker starts one (``fork_server_start``, from
-runtime/workers.py); any other process forks its calls itself, as before.
+to by anyone else. The agents worker starts one as it starts to work and stops it at the end
+(``fork_server_start``, from runtime/workers.py); any other process forks its calls itself.
 
 What a call's child does (agents/tool_processes.py) is the same either way: a process group of
 its own, ``PR_SET_PDEATHSIG`` (here to the fork server, which has its own to the worker: a
@@ -32,12 +32,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from agents.tool_processes import fork_lock, make_child_safe, run_child
+from agents.tool_processes import locked_fork, make_child_safe, run_child, set_process_name
 
 __all__ = ["ForkServer", "fork_server", "fork_server_start", "fork_server_stop"]
 
 logger = logging.getLogger(__name__)
 
+PROCESS_NAME = b"llmops-forksrv"
+"""What ``ps -o comm`` and ``top`` show for the server (its command line is the worker's)."""
 MAX_REQUEST_BYTES = 60_000
 """A request longer than this (a tool input of that size) is forked by the worker itself: one
 datagram of a SOCK_SEQPACKET pair holds it whatever the socket buffers."""
@@ -167,17 +169,13 @@ class ForkServer:
 
     def _fork(self, theirs: socket.socket, ours: socket.socket) -> int | None:
         parent = os.getpid()
-        try:
-            with fork_lock(parent):
-                pid = os.fork()
-        except OSError as exc:
-            logger.warning("the tool fork server could not start: %s", exc)
-            return None
+        pid = locked_fork("the tool fork server")
         if pid == 0:
             code = 1
             try:
                 ours.close()
                 make_child_safe(parent)
+                set_process_name(PROCESS_NAME)
                 _forget_inherited_fds(keep=theirs.fileno())
                 code = _Server(theirs, self._serve).loop()
             finally:
@@ -265,6 +263,7 @@ def _forget_inherited_fds(*, keep: int) -> None:
 
 
 _server: ForkServer | None = None
+_stopped_at_exit = False
 
 
 def fork_server() -> ForkServer | None:
@@ -279,9 +278,12 @@ def fork_server_start(*, serve: Serve) -> ForkServer:
     global _server
     if _server is not None and _server._owner == os.getpid():
         return _server
+    global _stopped_at_exit
+    if not _stopped_at_exit:
+        atexit.register(fork_server_stop)  # reaped at the process's end, not left to init
+        _stopped_at_exit = True
     _server = ForkServer(serve=serve)
     _server.start()
-    atexit.register(fork_server_stop)  # reaped at the process's end, not left to init
     return _server
 
 

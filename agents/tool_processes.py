@@ -27,7 +27,15 @@ from typing import Any, NoReturn, Protocol
 
 from django.db import connections
 
-__all__ = ["ChildEnd", "call_in_child", "fork_lock", "make_child_safe", "run_child"]
+__all__ = [
+    "ChildEnd",
+    "call_in_child",
+    "fork_lock",
+    "locked_fork",
+    "make_child_safe",
+    "run_child",
+    "set_process_name",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +55,9 @@ _READ_CHUNK = 1 << 16
 _EXIT_NO_ANSWER = 70
 """The child's exit code when it could not even send an answer (os.EX_SOFTWARE)."""
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+CALL_PROCESS_NAME = b"llmops-toolcall"
+"""What ``ps -o comm`` and ``top`` show for a tool call's process (15 bytes at most)."""
 
 try:  # resolved here, in the parent: the child must not load anything (the loader's lock)
     _prctl: Any = ctypes.CDLL(None, use_errno=True).prctl
@@ -136,13 +147,21 @@ def fork_lock(parent_pid: int) -> Iterator[None]:
                 gc.enable()
 
 
+def locked_fork(what: str) -> int | None:
+    """``os.fork`` under ``fork_lock``: 0 in the child, the child's pid in the parent, None
+    (logged, naming ``what``) when it could not fork."""
+    try:
+        with fork_lock(os.getpid()):
+            return os.fork()
+    except OSError as exc:
+        logger.warning("%s could not start: %s", what, exc)
+        return None
+
+
 def _fork(work: Callable[[], Any], read_end: int, write_end: int) -> int | None:
     parent_pid = os.getpid()
-    try:
-        with fork_lock(parent_pid):
-            pid = os.fork()
-    except OSError as exc:
-        logger.warning("a tool call's process could not start: %s", exc)
+    pid = locked_fork("a tool call's process")
+    if pid is None:
         return None
     if pid == 0:
         os.close(read_end)
@@ -247,6 +266,7 @@ def make_child_safe(parent_pid: int) -> None:
     os.setpgid(0, 0)  # a group of its own: killing it also ends what the tool started
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the worker killed -9: so is the call
+    set_process_name(CALL_PROCESS_NAME)
     if os.getppid() != parent_pid:
         os._exit(_EXIT_NO_ANSWER)  # the worker died before the line above
     # The parent's Python signal handlers (rq's warm shutdown) are not the child's. A SIGTERM
@@ -265,6 +285,12 @@ def make_child_safe(parent_pid: int) -> None:
     _put_aside.extend(connections.all(initialized_only=True))
     for connection in _put_aside:
         del connections[connection.alias]
+
+
+def set_process_name(name: bytes) -> None:
+    """The name ``ps -o comm``, ``top`` and ``pgrep`` show (the command line stays)."""
+    if _prctl is not None:
+        _prctl(_PR_SET_NAME, ctypes.c_char_p(name[:15]), 0, 0, 0)
 
 
 def _ignore(signal_number: int, frame: Any) -> None:

@@ -101,9 +101,21 @@ class ThreadedLlmWorker(ThreadedWorker, LlmWorker):
         if kwargs.get("concurrency") is None:
             kwargs["concurrency"] = thread_concurrency(queues) or 1
         super().__init__(queues, *args, **kwargs)
-        if _queue_names(queues) == [AGENTS_QUEUE] and settings.LLM_AGENT_TOOL_FORK_SERVER:
-            # Tool calls fork from a copy of this process made now, not from the process
-            # itself while its threads run (agents/fork_server.py).
-            from agents.tools import tool_fork_server_start
+        self.tool_fork_server = (
+            _queue_names(queues) == [AGENTS_QUEUE] and settings.LLM_AGENT_TOOL_FORK_SERVER
+        )
 
-            tool_fork_server_start()
+    def work(self, *args: Any, **kwargs: Any) -> bool:
+        """On the agents queue: the tool calls fork from a fork server, a copy of this process
+        made as it starts to work, not from the process itself while its threads run
+        (agents/fork_server.py); stopped when the work ends."""
+        if not self.tool_fork_server:
+            return super().work(*args, **kwargs)
+        from agents.fork_server import fork_server_stop
+        from agents.tools import tool_fork_server_start
+
+        tool_fork_server_start()
+        try:
+            return super().work(*args, **kwargs)
+        finally:
+            fork_server_stop()

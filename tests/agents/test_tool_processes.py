@@ -286,6 +286,9 @@ def test_a_call_whose_worker_is_killed_dies_with_it(
     assert len(servers) == 1, servers
     call_processes = _server_children(servers[0])
     assert len(call_processes) == 1, call_processes
+    # Named for ps and top (their command line is the worker's).
+    assert Path(f"/proc/{servers[0]}/comm").read_text() == "llmops-forksrv\n"
+    assert Path(f"/proc/{min(call_processes)}/comm").read_text() == "llmops-toolcall\n"
     os.kill(worker.pid, signal.SIGKILL)  # the worker alone, not its process group
     worker.wait(timeout=10)
     wait_for(lambda: not any(_running(p) for p in [*servers, *call_processes]), seconds=5)

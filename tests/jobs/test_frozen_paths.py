@@ -34,6 +34,12 @@ pytestmark = [
 ]
 
 JOBS = 4
+CALL_MS = "8000"
+"""How long each call lasts at the fake provider: every call must be in flight at once before
+the freeze, so the last claim has to come before the first call ends. At 4 s, on a loaded
+2-core machine the worker (its Redis through the test's proxy) once claimed the fourth job after
+the first call had ended, and the calls were never all in flight (CI, 2026-12-07). Shorter than
+the freeze: the calls end while the path is frozen."""
 FREEZE_SECONDS = 12.0
 """Longer than the worker's lock ttl (4 s: four beats of 1 s) and the reconciler's stale
 threshold here (3 s), by several reconciler passes."""
@@ -127,7 +133,7 @@ def _every_job_once(
 def test_a_worker_whose_database_path_freezes_keeps_its_calls_and_records_them_after(
     alice_client, fake_provider, settings, processes, database_path
 ):
-    fake_provider.faults({}, latency_ms="4000")
+    fake_provider.faults({}, latency_ms=CALL_MS)
     jobs = [submit(alice_client) for _ in range(JOBS)]
     db = connection.settings_dict
     worker = _worker(
@@ -151,7 +157,7 @@ def test_a_worker_whose_database_path_freezes_keeps_its_calls_and_records_them_a
 def test_a_worker_whose_redis_path_freezes_keeps_its_calls(
     alice_client, fake_provider, settings, processes, redis_path
 ):
-    fake_provider.faults({}, latency_ms="4000")
+    fake_provider.faults({}, latency_ms=CALL_MS)
     jobs = [submit(alice_client) for _ in range(JOBS)]
     redis_db = django_rq.get_connection(LLM_QUEUE).connection_pool.connection_kwargs["db"]
     worker = _worker(

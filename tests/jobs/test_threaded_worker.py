@@ -34,6 +34,7 @@ from django_rq.workers import get_worker
 from rq import Worker
 from rq.job import JobStatus
 
+from agents.fork_server import fork_server
 from jobs.models import LlmJob
 from jobs.reconciler import reconcile_jobs
 from ledger.models import CostEntry
@@ -380,6 +381,10 @@ def test_the_llm_and_agents_workers_run_on_threads_and_every_other_worker_forks(
     # The Procfile's worker_agents: agent runs' tool tasks, on threads of their own.
     agents = get_worker(AGENTS_QUEUE)
     assert type(agents) is ThreadedLlmWorker and agents.concurrency == 12
+    # Its tool calls' fork server starts with its work (agents/fork_server.py), not here: a
+    # worker made and not run leaves no process behind.
+    assert agents.tool_fork_server and not llm.tool_fork_server
+    assert fork_server() is None
     # On the agents queue and another: rq's forking worker, as for the default one.
     assert type(get_worker(AGENTS_QUEUE, "default")) is LlmWorker
     # The Procfile's worker_default: rq's forking worker with rq's own timeouts.
