@@ -18,7 +18,7 @@ still signal it.
 The server serves only the tools registered when it was forked (``served``: the same objects,
 so the same code); a tool registered later, or a request too long for one message, is forked
 by the worker itself. A keeper thread in the worker waits for the server and starts another if
-it dies; meanwhile calls fork in the worker. Why: docs/architecture.md, "Tools".
+it dies; meanwhile calls fork in the worker. Why: docs/architecture.md, "Agent runs".
 """
 
 import atexit
@@ -275,10 +275,9 @@ def fork_server() -> ForkServer | None:
 def fork_server_start(*, serve: Serve) -> ForkServer:
     """Start this process's fork server (once), from a thread that lives as long as the
     process; returns once it runs (or could not start: calls then fork in this process)."""
-    global _server
+    global _server, _stopped_at_exit
     if _server is not None and _server._owner == os.getpid():
         return _server
-    global _stopped_at_exit
     if not _stopped_at_exit:
         atexit.register(fork_server_stop)  # reaped at the process's end, not left to init
         _stopped_at_exit = True

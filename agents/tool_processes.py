@@ -21,7 +21,7 @@ import signal
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
@@ -30,7 +30,6 @@ from django.db import connections
 __all__ = [
     "ChildEnd",
     "call_in_child",
-    "fork_lock",
     "locked_fork",
     "make_child_safe",
     "run_child",
@@ -68,7 +67,7 @@ _fork_lock = threading.Lock()
 """One fork at a time, so that turning the collector off around a fork is not undone by another
 thread's fork in between."""
 _collecting = True
-"""Whether the collector ran before the fork under way (``fork_lock``): the child turns it back
+"""Whether the collector ran before the fork under way (``locked_fork``): the child turns it back
 on after its freeze."""
 _KILLED_WITHIN_SECONDS = 5.0
 """How long a fork server's child may take to die of its SIGKILL before the server reaps it."""
@@ -131,31 +130,24 @@ def call_in_child(
     return ChildEnd(how=_how_it_ended(status))
 
 
-@contextlib.contextmanager
-def fork_lock(parent_pid: int) -> Iterator[None]:
-    """Around a fork of this (multithreaded) process: one fork at a time, and no collection
-    between the fork and the child's freeze (``make_child_safe``): the parent's other threads'
-    objects are garbage in the child, and freeing some would do harm."""
+def locked_fork(what: str) -> int | None:
+    """``os.fork`` of this (multithreaded) process, one fork at a time and with no collection
+    between the fork and the child's freeze (``make_child_safe``: the parent's other threads'
+    objects are garbage in the child, and freeing some would do harm): 0 in the child, the
+    child's pid in the parent, None (logged, naming ``what``) when it could not fork."""
     global _collecting
+    parent_pid = os.getpid()
     with _fork_lock:
         _collecting = gc.isenabled()
         gc.disable()
         try:
-            yield
+            return os.fork()
+        except OSError as exc:
+            logger.warning("%s could not start: %s", what, exc)
+            return None
         finally:
             if _collecting and os.getpid() == parent_pid:
                 gc.enable()
-
-
-def locked_fork(what: str) -> int | None:
-    """``os.fork`` under ``fork_lock``: 0 in the child, the child's pid in the parent, None
-    (logged, naming ``what``) when it could not fork."""
-    try:
-        with fork_lock(os.getpid()):
-            return os.fork()
-    except OSError as exc:
-        logger.warning("%s could not start: %s", what, exc)
-        return None
 
 
 def _fork(work: Callable[[], Any], read_end: int, write_end: int) -> int | None:
@@ -255,7 +247,7 @@ _put_aside: list[Any] = []
 
 
 def make_child_safe(parent_pid: int) -> None:
-    """Make a child forked under ``fork_lock`` (or by the fork server) safe to run a tool in."""
+    """Make a child forked by ``locked_fork`` (or by the fork server) safe to run a tool in."""
     # The parent's other threads did not come along, and whatever only they referred to
     # (their thread-local database connections among it) is garbage here. Freed, a MySQL
     # connection says goodbye to the server on the socket the parent still uses, ending the
