@@ -73,13 +73,16 @@ def reserve(
     return verdict, reservation
 
 
-def reserve_together(*, rpm: int, waits: list[int]) -> list[Verdict]:
-    """One reservation per entry of ``waits`` (its ``max_wait_ms``), sent in one MULTI/EXEC:
-    Redis runs them back to back on one clock reading's worth of time, so no paced slot comes
-    due between them however slowly this process is scheduled."""
+def reserve_together(
+    *, rpm: int, waits: list[int], jobs: list[str] | None = None
+) -> list[Verdict]:
+    """One reservation per entry of ``waits`` (its ``max_wait_ms``; for the job of the same place
+    in ``jobs``, a new one if none), sent in one MULTI/EXEC: Redis runs them back to back on one
+    clock reading's worth of time, so no paced slot comes due between them however slowly this
+    process is scheduled, and their ``ms`` are measured from the same instant."""
     pipe = redis_client().pipeline(transaction=True)
-    for max_wait_ms in waits:
-        job = uuid.uuid4().hex
+    for i, max_wait_ms in enumerate(waits):
+        job = jobs[i] if jobs else uuid.uuid4().hex
         keys, args = reserve_call(
             provider=PROVIDER,
             model=MODEL,
