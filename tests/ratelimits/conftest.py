@@ -73,9 +73,7 @@ def reserve(
     return verdict, reservation
 
 
-def reserve_together(
-    *, rpm: int, waits: list[int], jobs: list[str] | None = None
-) -> list[Verdict]:
+def reserve_together(*, rpm: int, waits: list[int], jobs: list[str] | None = None) -> list[Verdict]:
     """One reservation per entry of ``waits`` (its ``max_wait_ms``; for the job of the same place
     in ``jobs``, a new one if none), sent in one MULTI/EXEC: Redis runs them back to back on one
     clock reading's worth of time, so no paced slot comes due between them however slowly this
