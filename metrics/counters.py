@@ -8,6 +8,7 @@ construction, on every host and in every worker process, and a rolled-back trans
 nothing.
 """
 
+import functools
 import logging
 import os
 import threading
@@ -25,7 +26,6 @@ from django.db import (
     models,
     transaction,
 )
-from django.db.models import F
 
 from metrics.models import (
     LATENCY_BUCKETS,
@@ -108,14 +108,46 @@ def _shard() -> int:
 def _add(model: type[models.Model], keys: dict[str, Any], amounts: dict[str, Any]) -> None:
     """counter row += amounts, in the caller's transaction; a missing row is created first."""
     keys = {**keys, "shard": _shard()}
-    increments = {column: F(column) + amount for column, amount in amounts.items() if amount}
+    increments = {name: amount for name, amount in amounts.items() if amount}
     if not increments:
-        increments = {"shard": F("shard")}  # still make sure the label set exists
-    manager = model._default_manager
-    if manager.filter(**keys).update(**increments):
-        return
-    _create_row(model, keys)
-    manager.filter(**keys).update(**increments)
+        increments = {"shard": 0}  # still make sure the label set exists
+    sql = _increment_sql(connection.vendor, model, tuple(increments), tuple(keys))
+    params = [
+        *_db_values(model, increments),
+        *_db_values(model, keys),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if cursor.rowcount:  # rows matched (Django's MySQL connection counts found rows)
+            return
+        _create_row(model, keys)
+        cursor.execute(sql, params)
+
+
+@functools.cache
+def _increment_sql(
+    vendor: str, model: type[models.Model], increments: tuple[str, ...], keys: tuple[str, ...]
+) -> str:
+    """``UPDATE counter SET a = a + %s, ... WHERE key = %s AND ...``, written once per shape.
+
+    What the ORM's ``filter(**keys).update(a=F("a") + amount)`` sends, without building the
+    query again at every count: that took 0.36 ms of CPU for a job's count and 0.67 ms for an
+    attempt's, three times in every model turn. ``vendor`` keys the cache: the quoting is the
+    backend's."""
+    quote = connection.ops.quote_name
+    column = {name: quote(model._meta.get_field(name).column) for name in (*increments, *keys)}
+    sets = ", ".join(f"{column[name]} = {column[name]} + %s" for name in increments)
+    where = " AND ".join(f"{column[name]} = %s" for name in keys)
+    return f"UPDATE {quote(model._meta.db_table)} SET {sets} WHERE {where}"
+
+
+def _db_values(model: type[models.Model], values: dict[str, Any]) -> list[Any]:
+    """Each value as its field hands it to the database (a Decimal for the backend's numeric)."""
+    fields = model._meta
+    return [
+        fields.get_field(name).get_db_prep_value(value, connection, prepared=False)
+        for name, value in values.items()
+    ]
 
 
 _INSERT_IGNORING_DUPLICATES = {
