@@ -24,13 +24,13 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
 from agents import events
+from agents.approval_alerts import approval_alert
 from agents.enqueue import agent_tools_job_new, agent_tools_push
 from agents.models import AgentRun, AgentStep
 from agents.representation import agent_run_representation
@@ -276,20 +276,14 @@ def agent_run_job_transition(job: LlmJob, transition: Transition) -> None:
         return
     if transition == Transition.RECOVERED and job.status != LlmJob.Status.FAILED:
         return  # recovered into a retry: the turn is still on its way
+    if transition == Transition.CLAIMED:
+        _turn_claimed(job)
+        return
     step = AgentStep.objects.filter(job_id=job.id).first()
     if step is None:
         return
     run = AgentRun.objects.select_for_update().get(id=step.run_id)
     now = timezone.now()
-    if transition == Transition.CLAIMED:
-        if step.started_at is None:
-            step.started_at = now
-            step.save(update_fields=["started_at"])
-        if run.status == AgentRun.Status.QUEUED:
-            run.status = AgentRun.Status.RUNNING
-            run.save(update_fields=["status", "updated_at"])
-            events.publish_run_on_commit(run)
-        return
     run.cost_usd = _cost(run)
     if transition == Transition.COMPLETED:
         _turn_completed(run, step, job)
@@ -317,6 +311,28 @@ def agent_run_job_transition(job: LlmJob, transition: Transition) -> None:
                 _fail(run, job.error_code or "turn_failed", job.error_message or "Turn failed.")
         else:
             run.save(update_fields=["cost_usd", "updated_at"])
+
+
+def _turn_claimed(job: LlmJob) -> None:
+    """A turn's job claimed: its step started, and the run running if this is its first turn.
+
+    Neither the step nor the run is read whole (the run's row holds its first messages and
+    tools, decoded at every read). A queued run is moved by a conditional UPDATE, which locks
+    it before the step, in the module's order; a running run is left unlocked (READ COMMITTED
+    keeps no lock on a row the UPDATE did not match): the step's ``started_at`` is all this
+    writes then, and a cancel that holds the run waits for nothing of this transaction but
+    the job's and the step's rows, which it takes in the same order."""
+    step = AgentStep.objects.filter(job_id=job.id).values_list("id", "run_id", "started_at")
+    found = step.first()
+    if found is None:
+        return
+    step_id, run_id, started_at = found
+    now = timezone.now()
+    queued = AgentRun.objects.filter(id=run_id, status=AgentRun.Status.QUEUED)
+    if queued.update(status=AgentRun.Status.RUNNING, updated_at=now):
+        events.publish_run_on_commit(AgentRun.objects.get(id=run_id))
+    if started_at is None:
+        AgentStep.objects.filter(id=step_id).update(started_at=now)
 
 
 def _turn_completed(run: AgentRun, step: AgentStep, job: LlmJob) -> None:
@@ -372,7 +388,7 @@ def _turn_completed(run: AgentRun, step: AgentStep, job: LlmJob) -> None:
         run.waiting_since = now
         run.save(update_fields=["status", "waiting_since", "cost_usd", "updated_at"])
         events.publish_run_on_commit(run)
-        _alert_approval(run, [s for s in tool_steps if s.status == s.Status.WAITING_APPROVAL])
+        approval_alert(run, [s for s in tool_steps if s.status == s.Status.WAITING_APPROVAL])
     elif AgentStep.Status.PENDING in statuses:
         pending = [s.name for s in tool_steps if s.status == AgentStep.Status.PENDING]
         agent_tools_enqueue_on_commit(run, tool_names=pending)
@@ -381,31 +397,6 @@ def _turn_completed(run: AgentRun, step: AgentStep, job: LlmJob) -> None:
     else:
         run.save(update_fields=["cost_usd", "updated_at"])
         _submit_turn(run, steps=_steps(run))
-
-
-def _alert_approval(run: AgentRun, steps: list[AgentStep]) -> None:
-    # Imported here: alerts imports the jobs app, which must not import alerts at start.
-    from alerts.destinations import destinations_for
-    from alerts.notifications import alert_create
-
-    names = ", ".join(f"{s.name} ({s.call_id})" for s in steps)
-    alert_create(
-        fingerprint=f"agent_approval:{run.id}:{steps[0].call_id}"[:255],
-        severity="WARNING",
-        action="trigger",
-        source="agent_approval",
-        title=f"Agent run {run.id} waits for approval: {names}",
-        body=(
-            f"Agent run {run.id} (feature {run.feature}) asks to call {names}. Approve or reject "
-            f"it in the admin or with POST /api/v1/agent-runs/{run.id}/approvals/<call_id>/; it "
-            f"fails with approval_timeout after {settings.LLM_AGENT_APPROVAL_TIMEOUT_SECONDS:g} s."
-        ),
-        details={
-            "agent_run_id": str(run.id),
-            "calls": [{"name": s.name, "call_id": s.call_id, "input": s.input} for s in steps],
-        },
-        destinations=destinations_for(severity="WARNING"),
-    )
 
 
 # --- Tool calls ---------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Agent runs through real workers (both queues), the real fake provider over HTTP, MariaDB and
 Redis: turns, parallel tool calls, the transcript each turn sends, errors of tools, limits."""
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -130,3 +131,34 @@ def test_a_tool_that_raises_times_out_refuses_or_gets_bad_input_gives_the_model_
     last = turn_jobs(run)[-1].request_messages[-1]["content"]
     assert [b.get("is_error", False) for b in last] == [True, True, True, True, True, False]
     assert "add:" not in " ".join(calls())  # schema-invalid input never reached the tool
+
+
+def test_a_turn_starts_at_its_first_claim_and_keeps_that_start_through_a_retry(
+    alice_client, agent_workers, fake_provider, settings
+):
+    settings.LLM_RETRY_DELAY_SCALE = 0.0
+    settings.LLM_RETRY_JITTER = 0.0
+    fake_provider.faults({"529": 1.0})
+    run = start_run(alice_client, run_body([call("add", a=1, b=2)], "3."))
+    (first,) = AgentStep.objects.filter(run=run, kind="model")
+    assert first.started_at is None  # submitted, not yet claimed
+
+    agent_workers.llm.work_once()  # the first attempt: claimed, then a 529
+    first.refresh_from_db()
+    job = LlmJob.objects.get(id=first.job_id)
+    run.refresh_from_db()
+    assert job.status == "retrying" and run.status == "running"
+    started = first.started_at
+    # Set in the claim's transaction, just after the job's own start.
+    assert started is not None and timedelta(0) <= started - job.started_at < timedelta(seconds=5)
+
+    fake_provider.reset()
+    agent_workers.drain()
+    run.refresh_from_db()
+    first.refresh_from_db()
+    job.refresh_from_db()
+    assert run.status == "completed" and job.attempts == 2
+    assert first.started_at == started  # the retry's claim leaves the turn's start alone
+    second = AgentStep.objects.get(run=run, kind="model", turn=2)
+    tool = AgentStep.objects.get(run=run, kind="tool")
+    assert tool.finished_at <= second.started_at <= second.finished_at
