@@ -55,6 +55,10 @@ logger = logging.getLogger(__name__)
 
 TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """The Messages API's rule for a tool name."""
+SOURCE_SEPARATOR = "__"
+"""Between a tool source's name and its tool's (an MCP server's: ``<server>__<tool>``). No
+Python tool may hold it: Python tools are looked up first, so one named ``crm__delete`` would
+silently take the place of the ``crm`` server's ``delete``."""
 MAX_RESULT_CHARS = 100_000
 """A tool result longer than this is cut (it goes into every later turn's prompt)."""
 
@@ -148,6 +152,11 @@ def agent_tool(
         where = f"{function.__module__}.{function.__qualname__}"
         if not TOOL_NAME_RE.fullmatch(tool_name):
             raise ToolDefinitionError(f"{where}: tool name {tool_name!r} must match {TOOL_NAME_RE}")
+        if SOURCE_SEPARATOR in tool_name:
+            raise ToolDefinitionError(
+                f"{where}: tool name {tool_name!r} holds {SOURCE_SEPARATOR!r}, which is kept for "
+                f"MCP tools (<server>{SOURCE_SEPARATOR}<tool>)"
+            )
         if not isinstance(description, str) or not description.strip():
             raise ToolDefinitionError(f"{where}: a tool needs a description")
         if not isinstance(input_schema, dict) or input_schema.get("type") != "object":
@@ -221,7 +230,7 @@ def registered_tool(name: str) -> AgentTool | None:
 
 
 def registered_tools() -> dict[str, AgentTool]:
-    """Every tool a run may name, by name (Python ones win a name twice)."""
+    """Every tool a run may name, by name (no Python tool can hold a source's name)."""
     tools: dict[str, AgentTool] = {}
     for source in reversed(_sources):
         tools.update(source.tools())

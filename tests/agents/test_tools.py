@@ -9,6 +9,7 @@ from django.core.management.base import SystemCheckError
 
 from agents import tools
 from agents.tools import ToolDefinitionError, agent_tool, tool_call, tools_load
+from mcp_tools.models import SEPARATOR
 
 
 def test_a_tool_with_a_wrong_schema_name_or_timeout_is_refused_at_registration():
@@ -20,6 +21,14 @@ def test_a_tool_with_a_wrong_schema_name_or_timeout_is_refused_at_registration()
         agent_tool("x", {"type": "object"}, name="has spaces")(lambda: "")
     with pytest.raises(ToolDefinitionError, match="timeout"):
         agent_tool("x", {"type": "object"}, name="t", timeout=0)(lambda: "")
+
+
+def test_a_python_tool_may_not_take_a_name_of_the_mcp_form():
+    # Python tools are looked up first: this one would hide the crm server's delete tool.
+    with pytest.raises(ToolDefinitionError, match="kept for MCP tools"):
+        agent_tool("x", {"type": "object"}, name="crm__delete")(lambda: "")
+    assert "crm__delete" not in tools._registry
+    assert tools.SOURCE_SEPARATOR == SEPARATOR  # the MCP registry's, one rule
 
 
 @pytest.fixture
