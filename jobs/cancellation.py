@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 _TTL_SECONDS = 24 * 3600
 """A cancel key outlives any call by far, and never stays for good."""
+_FALLBACK_PERIOD_SECONDS = 1.0
+"""The watcher's wait after a poll that failed (its period may be what failed to be read)."""
 
 
 def cancel_signal_on_commit(job_id: object) -> None:
@@ -77,22 +79,32 @@ class _Watcher:
         self._wake.set()
 
     def _run(self) -> None:
+        # Never ends: a poll that fails is logged, and the next one comes a period later. A
+        # thread that died here would leave every call of the process without its fast cancel
+        # until the next call started one again.
         while True:
-            self._wake.wait(settings.LLM_CANCEL_POLL_SECONDS)
-            self._wake.clear()
-            with self._lock:
-                calls = dict(self._calls)
-            if not calls:
-                continue
-            ids = list(calls)
             try:
-                found = queue_connection(LLM_QUEUE).mget([job_cancel_key(i) for i in ids])
-            except Exception as exc:
-                logger.warning("cancel keys not read: %r", exc)
-                continue
-            for job_id, value in zip(ids, found, strict=True):
-                if value is not None:
-                    cancel_now(job_id, calls[job_id])
+                self._poll()
+            except Exception:
+                logger.exception("cancel watcher: a poll failed; polling again")
+                self._wake.wait(_FALLBACK_PERIOD_SECONDS)
+
+    def _poll(self) -> None:
+        self._wake.wait(settings.LLM_CANCEL_POLL_SECONDS)
+        self._wake.clear()
+        with self._lock:
+            calls = dict(self._calls)
+        if not calls:
+            return
+        ids = list(calls)
+        try:
+            found = queue_connection(LLM_QUEUE).mget([job_cancel_key(i) for i in ids])
+        except Exception as exc:
+            logger.warning("cancel keys not read: %r", exc)
+            return
+        for job_id, value in zip(ids, found, strict=True):
+            if value is not None:
+                cancel_now(job_id, calls[job_id])
 
     def cancel(self, job_id: str) -> None:
         with self._lock:
