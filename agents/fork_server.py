@@ -75,7 +75,8 @@ class ForkServer:
 
     def spawn(self, name: str, kwargs: dict[str, Any], answer_fd: int) -> int | None:
         """Fork a child that runs ``name`` and writes its answer to ``answer_fd``: its pid; None
-        when the server cannot take the request (not running, too long): fork it yourself.
+        when the server cannot take the request (not running, too long, or its fork failed):
+        fork it yourself.
         Raises OSError when the request went out and no pid came back (the server is killed:
         whatever it had started dies with it)."""
         request = json.dumps({"op": "spawn", "name": name, "kwargs": kwargs}).encode()
@@ -89,7 +90,8 @@ class ForkServer:
                 socket.send_fds(sock, [request], [answer_fd])
             except OSError:
                 return None  # the server is gone: the request never reached it
-            return int(self._reply(sock)["pid"])
+            pid = self._reply(sock)["pid"]
+            return int(pid) if pid is not None else None  # None: the server could not fork
 
     def reap(self, pid: int) -> int | None:
         """The exit status of a child the server forked (killed already); None when not known
@@ -207,10 +209,18 @@ class _Server:
                 reply = {"status": self._reap(int(request["pid"]))}
             self._socket.sendall(json.dumps(reply).encode())
 
-    def _spawn(self, request: dict[str, Any], answer_fd: int) -> int:
+    def _spawn(self, request: dict[str, Any], answer_fd: int) -> int | None:
+        """The child's pid; None when this fork failed (a pid or memory limit reached): that
+        call alone is refused (the worker forks it itself), and the server, with the calls it
+        has running, goes on."""
         server = os.getpid()
         name, kwargs = request["name"], request["kwargs"]
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(answer_fd)
+            logger.warning("the tool fork server could not fork %s's process: %s", name, exc)
+            return None
         if pid == 0:
             self._socket.close()
             run_child(lambda: self._serve(name, kwargs), server, answer_fd)

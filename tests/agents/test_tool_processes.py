@@ -3,6 +3,7 @@ timeout, so that "timed out" means it no longer runs and its side effect never c
 thread or process left behind; the database reached on a connection of its own, the worker's
 sessions untouched; results and errors reach the model as before."""
 
+import errno
 import fcntl
 import json
 import os
@@ -235,6 +236,46 @@ def test_a_fork_server_killed_mid_call_ends_the_call_and_another_one_starts():
         ran = json.loads(tool_call(name="parentage", tool_input={}, call_id="c").output)
         assert ran["ppid"] == server._pid != first
         assert not _running(first)
+    finally:
+        fork_server_stop()
+
+
+@pytest.mark.redis
+def test_a_fork_the_server_cannot_make_fails_that_call_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    # fork() fails in the server once the flag exists (EAGAIN: a pid or memory limit reached),
+    # as it can for one call among many; the calls already running must not pay for it.
+    flag, real_fork, worker = tmp_path / "fail-next-fork", os.fork, os.getpid()
+
+    def fork_failing_in_the_server() -> int:
+        if os.getpid() != worker and flag.exists():
+            flag.unlink()
+            raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", fork_failing_in_the_server)
+    server = tool_fork_server_start()
+    try:
+        first = server._pid
+        outcome: list[ToolOutcome] = []
+        thread = threading.Thread(
+            target=lambda: outcome.append(
+                tool_call(name="slow_effect", tool_input={"seconds": 3}, call_id="toolu_run")
+            )
+        )
+        thread.start()
+        wait_for(lambda: "slow_effect:start:toolu_run" in calls(), seconds=30)
+        flag.touch()
+        ran = json.loads(tool_call(name="parentage", tool_input={}, call_id="c").output)
+        assert not flag.exists()  # the server's fork failed ...
+        assert ran["ppid"] == worker  # ... and the worker forked this call itself
+        thread.join(30)
+        assert outcome == [ToolOutcome("done", False)]  # the call in flight went on
+        assert "slow_effect:toolu_run" in calls()
+        assert server._pid == first and _running(first)  # the same server serves on
+        ran = json.loads(tool_call(name="parentage", tool_input={}, call_id="c").output)
+        assert ran["ppid"] == first
     finally:
         fork_server_stop()
 
