@@ -210,19 +210,26 @@ def test_results_and_errors_come_back_from_the_child_as_before(forking: ForkServ
     assert ran["ppid"] == (forking._pid if forking else os.getpid())
 
 
+def _slow_call_in_flight(call_id: str) -> tuple[threading.Thread, list[ToolOutcome]]:
+    """A 3 s ``slow_effect`` call on a thread, once its process has started; its outcome is
+    appended to the list when it ends."""
+    outcome: list[ToolOutcome] = []
+    thread = threading.Thread(
+        target=lambda: outcome.append(
+            tool_call(name="slow_effect", tool_input={"seconds": 3}, call_id=call_id)
+        )
+    )
+    thread.start()
+    wait_for(lambda: f"slow_effect:start:{call_id}" in calls(), seconds=30)
+    return thread, outcome
+
+
 @pytest.mark.redis
 def test_a_fork_server_killed_mid_call_ends_the_call_and_another_one_starts():
     server = tool_fork_server_start()
     try:
         first = server._pid
-        outcome: list[ToolOutcome] = []
-        thread = threading.Thread(
-            target=lambda: outcome.append(
-                tool_call(name="slow_effect", tool_input={"seconds": 3}, call_id="toolu_srv")
-            )
-        )
-        thread.start()
-        wait_for(lambda: "slow_effect:start:toolu_srv" in calls(), seconds=30)
+        thread, outcome = _slow_call_in_flight("toolu_srv")
         os.kill(first, signal.SIGKILL)
         thread.join(30)
         # The call died with its server (its parent-death signal), without a result.
@@ -258,14 +265,7 @@ def test_a_fork_the_server_cannot_make_fails_that_call_alone(
     server = tool_fork_server_start()
     try:
         first = server._pid
-        outcome: list[ToolOutcome] = []
-        thread = threading.Thread(
-            target=lambda: outcome.append(
-                tool_call(name="slow_effect", tool_input={"seconds": 3}, call_id="toolu_run")
-            )
-        )
-        thread.start()
-        wait_for(lambda: "slow_effect:start:toolu_run" in calls(), seconds=30)
+        thread, outcome = _slow_call_in_flight("toolu_run")
         flag.touch()
         ran = json.loads(tool_call(name="parentage", tool_input={}, call_id="c").output)
         assert not flag.exists()  # the server's fork failed ...
