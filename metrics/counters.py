@@ -135,7 +135,7 @@ def _increment_sql(
     attempt's, three times in every model turn. ``vendor`` keys the cache: the quoting is the
     backend's."""
     quote = connection.ops.quote_name
-    column = {name: quote(model._meta.get_field(name).column) for name in (*increments, *keys)}
+    column = {name: quote(_field(model, name).column) for name in (*increments, *keys)}
     sets = ", ".join(f"{column[name]} = {column[name]} + %s" for name in increments)
     where = " AND ".join(f"{column[name]} = %s" for name in keys)
     return f"UPDATE {quote(model._meta.db_table)} SET {sets} WHERE {where}"
@@ -143,11 +143,17 @@ def _increment_sql(
 
 def _db_values(model: type[models.Model], values: dict[str, Any]) -> list[Any]:
     """Each value as its field hands it to the database (a Decimal for the backend's numeric)."""
-    fields = model._meta
     return [
-        fields.get_field(name).get_db_prep_value(value, connection, prepared=False)
+        _field(model, name).get_db_prep_value(value, connection, prepared=False)
         for name, value in values.items()
     ]
+
+
+def _field(model: type[models.Model], name: str) -> "models.Field[Any, Any]":
+    """A counter's column: a concrete field of its own (no relation)."""
+    field = model._meta.get_field(name)
+    assert isinstance(field, models.Field) and field.column
+    return field
 
 
 _INSERT_IGNORING_DUPLICATES = {
