@@ -322,8 +322,9 @@ def _turn_claimed(job: LlmJob) -> None:
     keeps no lock on a row the UPDATE did not match): the step's ``started_at`` is all this
     writes then, and a cancel that holds the run waits for nothing of this transaction but
     the job's and the step's rows, which it takes in the same order."""
-    step = AgentStep.objects.filter(job_id=job.id).values_list("id", "run_id", "started_at")
-    found = step.first()
+    found = (
+        AgentStep.objects.filter(job_id=job.id).values_list("id", "run_id", "started_at").first()
+    )
     if found is None:
         return
     step_id, run_id, started_at = found

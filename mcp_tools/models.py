@@ -1,8 +1,11 @@
 from django.core.validators import RegexValidator
 from django.db import models
 
-SEPARATOR = "__"
-"""Between a server's name and its tool's: ``<server>__<tool>``."""
+from agents.tools import SOURCE_SEPARATOR
+
+SEPARATOR = SOURCE_SEPARATOR
+"""Between a server's name and its tool's: ``<server>__<tool>`` (agents/tools.py: no Python tool
+may hold it)."""
 SERVER_NAME_RE = r"^[a-z0-9](?:[a-z0-9-]|_(?!_)){0,30}$"
 """A slug without ``__``: the separator of ``<server>__<tool>``."""
 ENV_NAME_VALIDATOR = RegexValidator(
