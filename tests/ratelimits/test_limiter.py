@@ -64,15 +64,16 @@ def test_a_short_wait_is_offered_in_process_and_a_long_one_as_a_hold():
 
 def test_sixteen_threads_never_exceed_the_limit_in_any_window():
     limit, stop = 10, time.monotonic() + 4.5
-    sent: list[float] = []
+    sent: list[tuple[float, float]] = []  # each admitted call: asked at, answered at
     lock = threading.Lock()
 
     def hammer() -> None:
         while time.monotonic() < stop:
+            asked = time.time()
             verdict, _ = reserve(rpm=limit, max_wait_ms=990)
             if verdict.admitted:
                 with lock:
-                    sent.append(time.time())
+                    sent.append((asked, time.time()))
             else:
                 time.sleep(min(verdict.ms, 200) / 1000)
 
@@ -88,9 +89,12 @@ def test_sixteen_threads_never_exceed_the_limit_in_any_window():
         in_window = [t for t in times[i:] if t < start + 2.0]
         assert len(in_window) <= limit, f"{len(in_window)} calls within 2 s of {start}"
     sent.sort()
-    for i, start in enumerate(sent):
-        # Our own clock, not Redis': a few ms of skew between the two is allowed for.
-        assert len([t for t in sent[i:] if t < start + 1.95]) <= limit
+    for i, (start, _) in enumerate(sent):
+        # Our own clock, not Redis': a few ms of skew between the two is allowed for. Each call
+        # was admitted between its ask and its answer; those surely admitted within 1.95 s of
+        # this one's ask are the ones answered by then (an answer stamp alone moved a call
+        # whose thread waited for the GIL into the next window: CI, 2026-12-07).
+        assert len([a for _, a in sent[i:] if a < start + 1.95]) <= limit
 
 
 def test_tokens_not_used_are_given_back_at_settlement():
