@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from channels_redis.core import RedisChannelLayer as _RedisChannelLayer
@@ -56,9 +57,15 @@ class RedisChannelLayer(_RedisChannelLayer):  # type: ignore[misc]
         group), and a group with members costs one script call per host (upstream: a
         pipeline, then the script). An event nobody watches (most job and run events: the
         groups are empty) is one round trip instead of two per group."""
+        members = await self.group_members(groups)
+        await self.send_to_members(groups, message, members)
+
+    async def group_members(self, groups: Iterable[str]) -> dict[str, list[str]]:
+        """Each group's members now, its expired ones dropped first: one pipeline per Redis
+        host for all of them (a batch of events reads every group it names at once)."""
         now = time.time()
         keys_by_host: dict[int, list[tuple[str, str]]] = defaultdict(list)
-        for group in groups:
+        for group in dict.fromkeys(groups):
             assert self.require_valid_group_name(group), "Group name not valid"
             keys_by_host[self.consistent_hash(group)].append((group, self._group_key(group)))
         members: dict[str, list[str]] = {}
@@ -70,6 +77,12 @@ class RedisChannelLayer(_RedisChannelLayer):  # type: ignore[misc]
             replies = await pipe.execute()
             for index, (group, _key) in enumerate(keys):
                 members[group] = [name.decode("utf8") for name in replies[2 * index + 1]]
+        return members
+
+    async def send_to_members(
+        self, groups: list[str], message: dict[str, Any], members: dict[str, list[str]]
+    ) -> None:
+        """``message`` to the members of each of ``groups`` read by ``group_members``."""
         for group in groups:
             if members[group]:
                 await self._send_to_members(group, members[group], message)

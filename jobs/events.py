@@ -74,12 +74,18 @@ SEND_CONCURRENCY = 16
 once): channels-redis's connection pool (redis-py's default, 100 connections) refuses more at
 once, and a burst of streaming jobs (a delta 5 times a second from each) otherwise exhausted it
 (bench/streaming.py)."""
+BATCH_MAX = 512
+"""At most this many waiting events are taken at once; the members of every group they name are
+read in one round trip (most groups are empty: nobody watches that job), where one round trip
+per event cost a sixth of a busy worker's CPU (bench/README.md, agents.py)."""
+
+_Item = tuple[str, list[str], dict[str, Any], "Future[None]"]
 
 
 class _Sender:
     """One thread per process with its own event loop and one queue: events leave in the order
-    they came, up to ``SEND_CONCURRENCY`` at a time, those of one subject (a job) one after the
-    other."""
+    they came, those of one subject (a job) one after the other, up to ``SEND_CONCURRENCY``
+    subjects at a time."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -87,12 +93,8 @@ class _Sender:
         # Transitions (their callers wait) before deltas (nobody waits): a job's last delta is
         # out before its final transition is published (jobs/live_output.py ``close``), so
         # one job's events keep their order.
-        self.urgent: asyncio.Queue[tuple[str, list[str], dict[str, Any], Future[None]]] = (
-            asyncio.Queue()
-        )
-        self.queue: asyncio.Queue[tuple[str, list[str], dict[str, Any], Future[None]]] = (
-            asyncio.Queue()
-        )
+        self.urgent: asyncio.Queue[_Item] = asyncio.Queue()
+        self.queue: asyncio.Queue[_Item] = asyncio.Queue()
         self.ready = asyncio.Event()
         self.thread = threading.Thread(target=self._run, name="job-events", daemon=True)
         self.thread.start()
@@ -116,43 +118,68 @@ class _Sender:
         self.ready.set()
 
     async def _drain(self) -> None:
+        from channels.layers import get_channel_layer
+
         while True:
             await self.ready.wait()
-            # What waits, up to SEND_CONCURRENCY events, transitions first; a subject's later
-            # events go out in this batch behind its earlier ones.
-            batch: list[tuple[str, list[str], dict[str, Any], Future[None]]] = []
+            # What waits, up to BATCH_MAX events, transitions first; a subject's later events
+            # go out in this batch behind its earlier ones.
+            batch: list[_Item] = []
             for queue in (self.urgent, self.queue):
-                while len(batch) < SEND_CONCURRENCY and not queue.empty():
+                while len(batch) < BATCH_MAX and not queue.empty():
                     batch.append(queue.get_nowait())
             if self.urgent.empty() and self.queue.empty():
                 self.ready.clear()
-            if not batch:
+            # One its caller abandoned (it waited too long) is never sent late.
+            live = [item for item in batch if item[3].set_running_or_notify_cancel()]
+            if not live:
                 continue
-            by_subject: dict[str, list[Any]] = {}
-            for item in batch:
-                by_subject.setdefault(item[0], []).append(item)
-            await asyncio.gather(*(self._send_in_order(items) for items in by_subject.values()))
-
-    async def _send_in_order(self, items: list[Any]) -> None:
-        from channels.layers import get_channel_layer
-
-        for _, groups, message, future in items:
-            if not future.set_running_or_notify_cancel():
-                continue  # abandoned by its caller (it waited too long): never sent late
             try:
                 layer = get_channel_layer()
-                send_many = getattr(layer, "group_send_many", None)
-                if send_many is not None:
-                    # Every group's members in one round trip (jobs/channel_layer.py).
-                    await send_many(groups, message)
-                elif layer is not None:
-                    # The groups at once: one after the other they made the caller wait on
-                    # twice as many Redis round trips.
-                    await asyncio.gather(*(layer.group_send(group, message) for group in groups))
-            except Exception as exc:  # handed to the caller's future
-                future.set_exception(exc)
-            else:
-                future.set_result(None)
+                members = await self._members(layer, live)
+            except Exception as exc:  # handed to every caller's future
+                for item in live:
+                    item[3].set_exception(exc)
+                continue
+            by_subject: dict[str, list[_Item]] = {}
+            for item in live:
+                by_subject.setdefault(item[0], []).append(item)
+            limit = asyncio.Semaphore(SEND_CONCURRENCY)
+            await asyncio.gather(
+                *(
+                    self._send_in_order(layer, members, items, limit)
+                    for items in by_subject.values()
+                )
+            )
+
+    @staticmethod
+    async def _members(layer: Any, items: list[_Item]) -> dict[str, list[str]] | None:
+        """The members of every group the batch names, in one round trip (jobs/channel_layer.py);
+        None for a layer that cannot say (each event is then sent on its own)."""
+        if getattr(layer, "group_members", None) is None:
+            return None
+        return await layer.group_members(group for item in items for group in item[1])  # type: ignore[no-any-return]
+
+    @staticmethod
+    async def _send_in_order(
+        layer: Any,
+        members: dict[str, list[str]] | None,
+        items: list[_Item],
+        limit: asyncio.Semaphore,
+    ) -> None:
+        async with limit:
+            for _, groups, message, future in items:
+                try:
+                    if members is not None:
+                        await layer.send_to_members(groups, message, members)
+                    elif layer is not None:
+                        # The groups at once: one after the other they made the caller wait on
+                        # twice as many Redis round trips.
+                        await asyncio.gather(*(layer.group_send(g, message) for g in groups))
+                except Exception as exc:  # handed to the caller's future
+                    future.set_exception(exc)
+                else:
+                    future.set_result(None)
 
 
 _sender: _Sender | None = None

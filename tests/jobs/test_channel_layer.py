@@ -127,3 +127,54 @@ def test_an_event_nobody_watches_is_one_round_trip(monkeypatch: pytest.MonkeyPat
 
     asyncio.run(run())
     assert sent == ["pipeline of 6"]  # upstream: 6 commands, one round trip each
+
+
+def test_a_burst_of_events_reads_its_groups_in_one_round_trip_and_keeps_each_subjects_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The process's event sender (jobs/events.py) takes every event waiting at once: 300 events
+    of 30 jobs, one of them watched, read their groups' members in one pipeline, and the
+    watcher gets that job's events in the order they were queued."""
+    import threading
+
+    from channels.layers import get_channel_layer
+
+    from jobs import events
+
+    layer = get_channel_layer()
+    watcher = "t.burst-watcher"
+    pipelines: list[int] = []
+    execute = AsyncPipeline.execute
+
+    async def pipeline(self: Any, *args: Any, **options: Any) -> Any:
+        pipelines.append(len(self.command_stack))
+        return await execute(self, *args, **options)
+
+    async def watch() -> None:
+        await layer.group_add("burst-job-7", watcher)
+
+    asyncio.run(watch())
+    sender = events._get_sender()
+    gate = threading.Event()
+    sender.loop.call_soon_threadsafe(gate.wait, 10)  # the sender's loop waits: events pile up
+    monkeypatch.setattr(AsyncPipeline, "execute", pipeline)
+    futures = [
+        events.publish_event_nowait(
+            [f"burst-job-{n % 30}", "burst-all"], {"type": "x", "n": n}, subject=f"job {n % 30}"
+        )
+        for n in range(300)
+    ]
+    gate.set()
+    for future in futures:
+        future.result(timeout=10)
+    monkeypatch.undo()
+
+    async def received() -> list[Any]:
+        got = await _receive_all(layer, watcher)
+        await layer.group_discard("burst-job-7", watcher)
+        return got
+
+    assert [m["n"] for m in asyncio.run(received())] == list(range(7, 300, 30))
+    # One read of the 31 groups' members (two commands each); the watched group's ten sends
+    # are scripts, not pipelines.
+    assert pipelines == [62]
