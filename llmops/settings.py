@@ -227,6 +227,9 @@ LLM_CANCEL_WAIT_SECONDS = env.number("LLM_CANCEL_WAIT_SECONDS", 3.0, minimum=0.0
 RQ = {"WORKER_CLASS": "runtime.workers.LlmWorker"}
 LLM_WORKER_CONCURRENCY = env.integer("LLM_WORKER_CONCURRENCY", 32, minimum=1)
 LLM_WORKER_DB_CONNECTIONS = env.integer("LLM_WORKER_DB_CONNECTIONS", 8, minimum=1)
+# A closed connection of a threaded worker waits this long for its next thread, then closes
+# (runtime/db_connections.py); 0: every job thread opens its own.
+LLM_WORKER_DB_IDLE_SECONDS = env.number("LLM_WORKER_DB_IDLE_SECONDS", 10.0, minimum=0.0)
 WORKER_NICE = env.integer("WORKER_NICE", 10, minimum=0)  # the API keeps the CPU (bench/submit.py)
 LLM_WORKER_DB_SLOT_WAIT_SECONDS = env.number("LLM_WORKER_DB_SLOT_WAIT_SECONDS", 60.0, minimum=0.1)
 # Above the threaded worker's one-second blocking dequeue; rq's forking worker raises its own.

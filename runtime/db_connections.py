@@ -22,13 +22,30 @@ A thread that already holds a slot never waits: a second connection it opens for
 transaction) rides on its slot, so the server may see one more connection for each thread doing
 that at the moment.
 
+**Reuse.** A job's thread ends, and its connections close with it; the next job's thread opened
+new ones: a connect, its authentication and three statements of session set-up, five times per
+turn of an agent run and its tool call, each one a MariaDB thread and a socket in TIME_WAIT. So
+a closed connection that is clean (no transaction, no error, autocommit on) goes to an idle pool
+of this process instead, and the next thread to open one takes it (the newest first), its
+session already set up. The pool and the connections in use together stay within the slots. A
+pooled connection is used again only within ``LLM_WORKER_DB_IDLE_SECONDS`` of its return (the
+worker's monitor closes those idle longer, so a quiet worker gives its connections back to the
+server; 0 turns the pool off) and ``CONN_MAX_AGE`` of its opening, and only if its socket has
+nothing to read (a server that closed or killed the session has sent an EOF or an error): no
+round trip to check it. A path that froze meanwhile fails its first query within the read
+bound, as a connection held open across it would (``bound_database_waits``). A forked child
+never uses, nor closes, its copies of the parent's pooled connections (a close would end the
+parent's session). MariaDB/MySQL and PostgreSQL only.
+
 Nothing is installed in the web process, the forking workers or the commands, where
 ``release_connection`` does nothing and connections are reused as usual.
 """
 
 import logging
 import os
+import select
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -40,6 +57,8 @@ __all__ = [
     "ConnectionSlotTimeout",
     "bound_database_waits",
     "install",
+    "pooled_connections",
+    "prune_idle",
     "release_connection",
     "slot_wait_limit",
     "slots_in_use",
@@ -58,6 +77,14 @@ _open_by_thread: dict[int, int] = {}
 """Open connections per thread that holds a slot (thread ident -> count)."""
 _open_lock = threading.Lock()
 _wait_limit = threading.local()
+_idle: dict[tuple[str, str], list[tuple[Any, float, float]]] = {}
+"""Pooled connections by (alias, connection parameters): (raw connection, opened, returned),
+monotonic seconds, the newest last."""
+_idle_lock = threading.Lock()
+_inherited: list[Any] = []
+"""A forked child's copies of its parent's pooled connections: kept, so that nothing closes them
+(see ``_forget_slots_after_fork``)."""
+_POOLED_VENDORS = ("mysql", "postgresql")
 
 
 class ConnectionSlotTimeout(OperationalError):
@@ -100,6 +127,117 @@ def slots_in_use() -> int:
     installed)."""
     with _open_lock:
         return len(_open_by_thread)
+
+
+def pooled_connections() -> int:
+    """Idle connections this process keeps for its next threads (0 when nothing is
+    installed)."""
+    with _idle_lock:
+        return sum(len(entries) for entries in _idle.values())
+
+
+def _pool_key(wrapper: Any, conn_params: Any) -> tuple[str, str]:
+    return (wrapper.alias, repr(sorted(conn_params.items())))
+
+
+def _reusable(wrapper: Any, raw: Any) -> bool:
+    """Whether a connection this thread is closing is clean enough for another thread."""
+    if (
+        wrapper.vendor not in _POOLED_VENDORS
+        or wrapper.in_atomic_block
+        or wrapper.needs_rollback
+        or wrapper.errors_occurred
+        or not wrapper.autocommit
+        or getattr(wrapper, "_llmops_pool_key", None) is None
+    ):
+        return False
+    max_age = wrapper.settings_dict.get("CONN_MAX_AGE")
+    if max_age is not None and time.monotonic() - wrapper._llmops_opened >= max_age:
+        return False
+    try:
+        if wrapper.vendor == "postgresql":
+            from psycopg.pq import TransactionStatus
+
+            return bool(raw.info.transaction_status == TransactionStatus.IDLE)
+        return bool(raw.get_autocommit()) and not _has_input(raw)
+    except Exception:
+        return False
+
+
+def _has_input(raw: Any) -> bool:
+    """Whether the connection's socket has something to read, or is closed: on an idle
+    connection, the server's EOF or error (it closed or killed the session)."""
+    readable, _, _ = select.select([raw.fileno()], [], [], 0)
+    return bool(readable)
+
+
+def _check_in(wrapper: Any) -> bool:
+    """Keep the closing connection for the next thread; False to close it for real."""
+    raw = wrapper.connection
+    if raw is None or not settings.LLM_WORKER_DB_IDLE_SECONDS or not _reusable(wrapper, raw):
+        return False
+    now = time.monotonic()
+    with _idle_lock:
+        entries = _idle.setdefault(wrapper._llmops_pool_key, [])
+        if sum(len(e) for e in _idle.values()) >= _limit:
+            return False
+        entries.append((raw, wrapper._llmops_opened, now))
+    return True
+
+
+def _check_out(wrapper: Any, key: tuple[str, str]) -> Any:
+    """The newest pooled connection for these parameters that is still good, or None. Those
+    idle too long, or found closed by the server, are closed here."""
+    now = time.monotonic()
+    stale: list[Any] = []
+    found = None
+    with _idle_lock:
+        entries = _idle.get(key, [])
+        while entries:
+            raw, opened, returned = entries.pop()
+            if now - returned > settings.LLM_WORKER_DB_IDLE_SECONDS:
+                stale.append(raw)
+                stale.extend(entry[0] for entry in entries)  # older still
+                entries.clear()
+                break
+            found = (raw, opened)
+            break
+    for raw in stale:
+        _close_quietly(raw)
+    if found is None:
+        return None
+    raw, opened = found
+    try:
+        dead = _has_input(raw)
+    except Exception:
+        dead = True
+    if dead:
+        _close_quietly(raw)
+        return _check_out(wrapper, key)
+    wrapper._llmops_opened = opened
+    wrapper._llmops_reused = True
+    return raw
+
+
+def prune_idle() -> int:
+    """Close the pooled connections idle longer than ``LLM_WORKER_DB_IDLE_SECONDS``; how many
+    (the threaded worker's monitor calls it every beat)."""
+    limit = time.monotonic() - settings.LLM_WORKER_DB_IDLE_SECONDS
+    stale: list[Any] = []
+    with _idle_lock:
+        for entries in _idle.values():
+            stale.extend(entry[0] for entry in entries if entry[2] < limit)
+            entries[:] = [entry for entry in entries if entry[2] >= limit]
+    for raw in stale:
+        _close_quietly(raw)
+    return len(stale)
+
+
+def _close_quietly(raw: Any) -> None:
+    try:
+        raw.close()
+    except Exception:
+        pass
 
 
 def _take_slot(wrapper: Any) -> None:
@@ -151,9 +289,14 @@ def _give_slot(wrapper: Any) -> None:
 def _forget_slots_after_fork() -> None:
     """A forked child (an agent tool's process, agents/tool_processes.py) holds no slot: the
     threads that held them, and maybe the lock, stayed in the parent. It counts its own."""
-    global _open_lock, _slots
+    global _open_lock, _slots, _idle_lock
     _open_lock = threading.Lock()
     _open_by_thread.clear()
+    # The parent's sessions: a close here would end them for the parent too (a quit on the
+    # shared socket), and garbage collection would close them. Kept, never used.
+    _idle_lock = threading.Lock()
+    _inherited.extend(entry[0] for entries in _idle.values() for entry in entries)
+    _idle.clear()
     if _slots is not None:
         _slots = threading.BoundedSemaphore(_limit)
 
@@ -170,22 +313,42 @@ def _wrap(wrapper_class: type) -> None:
     _wrapped.add(wrapper_class)
     open_connection = getattr(wrapper_class, "get_new_connection")  # noqa: B009
     close_connection = getattr(wrapper_class, "_close")  # noqa: B009
+    init_state = getattr(wrapper_class, "init_connection_state")  # noqa: B009
 
     def get_new_connection(self: Any, conn_params: Any) -> Any:
         _take_slot(self)
         try:
-            return open_connection(self, conn_params)
+            self._llmops_reused = False
+            if self.vendor not in _POOLED_VENDORS:
+                return open_connection(self, conn_params)
+            key = _pool_key(self, conn_params)
+            raw = _check_out(self, key)
+            if raw is None:
+                raw = open_connection(self, conn_params)
+                self._llmops_opened = time.monotonic()
+            self._llmops_pool_key = key
+            return raw
         except BaseException:
             _give_slot(self)
             raise
 
+    def init_connection_state(self: Any) -> Any:
+        if getattr(self, "_llmops_reused", False):
+            self._llmops_reused = False
+            return None  # set up by the thread that opened it: a session keeps its settings
+        return init_state(self)
+
     def _close(self: Any) -> Any:
         try:
+            if _check_in(self):
+                return None
             return close_connection(self)
         finally:
+            self._llmops_pool_key = None
             _give_slot(self)
 
     setattr(wrapper_class, "get_new_connection", get_new_connection)  # noqa: B010
+    setattr(wrapper_class, "init_connection_state", init_connection_state)  # noqa: B010
     setattr(wrapper_class, "_close", _close)  # noqa: B010
 
 

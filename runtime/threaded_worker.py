@@ -31,9 +31,10 @@ job, only on threads, and keeps what the forking worker guarantees:
 - **Redis.** The main loop blocks on Redis at most ``DEQUEUE_POLL_SECONDS`` at a time, so its
   connection keeps the short ``socket_timeout`` of the settings (``LLM_REDIS_SOCKET_TIMEOUT``)
   rather than the one rq sets for its forking worker's blocking dequeue of minutes.
-- **Database connections.** Django's connections are per thread, so no two jobs share one. A
-  job's thread closes its connections when the job ends, and the process holds at most
-  ``LLM_WORKER_DB_CONNECTIONS`` open at once (runtime/db_connections.py).
+- **Database connections.** Django's connections are per thread, so no two jobs share one at
+  once. A job's thread closes its connections when the job ends: into the process's idle pool,
+  for the next thread (``LLM_WORKER_DB_IDLE_SECONDS``); the process holds at most
+  ``LLM_WORKER_DB_CONNECTIONS`` in use at once (runtime/db_connections.py).
 - **Commands.** rq's stop-job command can only kill a work horse; here it is refused with a
   warning (cancel the job in the application instead). The shutdown command works (it signals
   this process).
@@ -192,6 +193,11 @@ class ThreadedWorker(JobMonitorWorker):
                 self._monitor_stop.set()
                 self.teardown()
         return bool(started)
+
+    def maintain_all_heartbeats(self) -> None:
+        super().maintain_all_heartbeats()
+        # The monitor's beat also gives back the database connections no job took again.
+        db_connections.prune_idle()
 
     def _in_flight(self) -> int:
         with self._changed:

@@ -42,7 +42,7 @@ from llmops.queues import AGENTS_QUEUE, LLM_QUEUE, job_lock_key
 from runtime.threaded_worker import NoDeathPenalty
 from runtime.workers import LlmWorker, PreloadingWorker, ThreadedLlmWorker
 from tests.conftest import ROOT, FakeProvider, submit
-from tests.db_sessions import other_sessions
+from tests.db_sessions import kill_session, other_sessions
 from tests.jobs.test_reconciler import kill_process_tree
 from tests.jobs.test_takeover import Processes, billed, requests_seen, wait_for, worker_env
 
@@ -122,7 +122,14 @@ def test_calls_in_flight_keep_their_locks_registries_heartbeats_and_one_ledger_r
         submit(alice_client, messages=[{"role": "user", "content": f"n {i}"}]) for i in range(8)
     ]
     before = frozenset(other_database_connections())
-    threaded_worker(processes, fake_provider, 8, "--with-scheduler", LLM_WORKER_DB_CONNECTIONS="3")
+    threaded_worker(
+        processes,
+        fake_provider,
+        8,
+        "--with-scheduler",
+        LLM_WORKER_DB_CONNECTIONS="3",
+        LLM_WORKER_DB_IDLE_SECONDS="1",
+    )
     wait_for(
         lambda: requests_seen(fake_provider) == 8 and set(statuses(jobs)) == {"running"},
         timeout=30,
@@ -206,7 +213,8 @@ def test_calls_in_flight_keep_their_locks_registries_heartbeats_and_one_ledger_r
     worker = the_worker()
     assert worker is not None and worker.successful_job_count == 8
     assert worker.get_current_executions(refresh=True) == []
-    # Each job's thread closed its connections when its job ended.
+    # Each job's thread gave its connections back when its job ended; idle past
+    # LLM_WORKER_DB_IDLE_SECONDS, the worker closed them (its monitor beats every 0.5 s).
     wait_for(
         lambda: other_database_connections(before) == [],
         timeout=5,
@@ -214,7 +222,7 @@ def test_calls_in_flight_keep_their_locks_registries_heartbeats_and_one_ledger_r
     )
 
 
-def test_each_job_thread_has_its_own_connection_and_the_process_at_most_its_slots(
+def test_job_threads_take_turns_on_at_most_their_slots_of_connections_and_reuse_them(
     fake_provider, processes
 ):
     queue = django_rq.get_queue(LLM_QUEUE)
@@ -222,7 +230,13 @@ def test_each_job_thread_has_its_own_connection_and_the_process_at_most_its_slot
         queue.enqueue("tests.jobs.worker_probes.hold_a_database_connection", 1.0) for _ in range(6)
     ]
     before = frozenset(other_database_connections())
-    threaded_worker(processes, fake_provider, 6, LLM_WORKER_DB_CONNECTIONS="2")
+    threaded_worker(
+        processes,
+        fake_provider,
+        6,
+        LLM_WORKER_DB_CONNECTIONS="2",
+        LLM_WORKER_DB_IDLE_SECONDS="1",
+    )
     seen: list[int] = []
     started: list[int] = []
     while not all(probe.get_status(refresh=True) == JobStatus.FINISHED for probe in probes):
@@ -232,15 +246,49 @@ def test_each_job_thread_has_its_own_connection_and_the_process_at_most_its_slot
         time.sleep(0.1)
 
     results = [probe.return_value(refresh=True) for probe in probes]
-    # Six jobs at once, each on its own thread with its own connection...
+    # Six jobs at once, each on its own thread...
     assert max(started) == 6, started
     assert len({r["thread"] for r in results}) == 6
-    assert len({r["connection_id"] for r in results}) == 6
-    # ... but never more than two connections open: the other threads waited for a slot.
+    # ... never more than two connections open: the other threads waited for a slot, then took
+    # the connection a finished job gave back (its session already set up).
     assert max(seen) <= 2 and max(r["slots_in_use"] for r in results) <= 2, (seen, results)
-    # Each job's connection closed at its end.
-    open_now = set(other_database_connections(before))
-    assert not open_now & {r["connection_id"] for r in results}
+    assert len({r["connection_id"] for r in results}) <= 2, results
+    # Idle past LLM_WORKER_DB_IDLE_SECONDS, they closed.
+    wait_for(
+        lambda: other_database_connections(before) == [],
+        timeout=5,
+        what="the worker's idle connections to close",
+    )
+
+
+def test_a_pooled_connection_the_server_killed_is_never_handed_to_a_job(fake_provider, processes):
+    """A job takes the connection the previous job gave back; one whose session the server
+    ended meanwhile (KILL, a restart) is dropped, and the job gets a new one, not an error."""
+    queue = django_rq.get_queue(LLM_QUEUE)
+    threaded_worker(processes, fake_provider, 2, LLM_WORKER_DB_CONNECTIONS="1")
+
+    def probe() -> dict[str, Any]:
+        job = queue.enqueue("tests.jobs.worker_probes.hold_a_database_connection", 0.0)
+        wait_for(
+            lambda: job.get_status(refresh=True) in (JobStatus.FINISHED, JobStatus.FAILED),
+            timeout=30,
+            what=f"the probe\n{processes.logs()}",
+        )
+        assert job.get_status() == JobStatus.FINISHED, job.latest_result().exc_string
+        return job.return_value(refresh=True)  # type: ignore[no-any-return]
+
+    first, second = probe(), probe()
+    assert second["connection_id"] == first["connection_id"]  # reused
+    with connection.cursor() as cursor:
+        kill_session(cursor, second["connection_id"])
+    wait_for(
+        lambda: second["connection_id"] not in other_database_connections(),
+        timeout=5,
+        what="the server to end the session",
+    )
+    third = probe()
+    assert third["connection_id"] != second["connection_id"]
+    assert probe()["connection_id"] == third["connection_id"]
 
 
 # --- Shutdown and crash --------------------------------------------------------------------------
