@@ -455,7 +455,7 @@ def budget_reserved_price(*, job: "LlmJob", attempt: int) -> ModelPrice | None:
     return reservation.price if reservation else None
 
 
-def budget_settle(*, entry: CostEntry, job: "LlmJob") -> None:
+def budget_settle(*, entry: CostEntry, job: "LlmJob", reserved: bool = True) -> None:
     """Book a ledger row into the budget windows it belongs to. Called by ``ledger/services.py``
     inside the transaction that writes the row, so windows always equal the ledger.
 
@@ -464,6 +464,10 @@ def budget_settle(*, entry: CostEntry, job: "LlmJob") -> None:
     correction, or a budget created while the call was out) counts in the window its attempt's
     reservation was in, or else the current one. Every budget of the scope counts it, enabled
     or not: a window equals the ledger whatever happened to ``enabled``.
+
+    ``reserved`` False: the attempt's claim took no reservation (its ``JobAttempt`` has no
+    token: no budget applied then), so there are none to read. Only a claim makes a claimed
+    reservation of an attempt, and legacy rows (no token) predate ``JobAttempt``.
     """
     now = timezone.now()
     touched: set[tuple[int, datetime]] = set()
@@ -471,7 +475,7 @@ def budget_settle(*, entry: CostEntry, job: "LlmJob") -> None:
     # the job's attempts): it counts in the current windows.
     reservations = (
         []
-        if entry.entry_type == CostEntry.EntryType.TOOL_CALL
+        if entry.entry_type == CostEntry.EntryType.TOOL_CALL or not reserved
         else list(
             BudgetReservation.objects.filter(job=job, attempt=entry.attempt)
             .filter(Q(claimed_at__isnull=False) | Q(token__isnull=True))

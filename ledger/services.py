@@ -75,24 +75,25 @@ def job_upper_bound_cost(*, job: "LlmJob", price: ModelPrice | None = None) -> D
     )
 
 
-def _attempt_terms(job: "LlmJob", attempt: int) -> tuple[str, ModelPrice | None]:
+def _attempt_terms(job: "LlmJob", attempt: int) -> tuple[str, ModelPrice | None, bool]:
     """The model and price attempt ``attempt`` was claimed at (``jobs.JobAttempt``): the job
     may have moved to a fallback model since, and a late or superseded result of this attempt is
     still the model it ran on. An attempt claimed before attempts were recorded: the price its
-    budget reservation used, else the one in force now, on the job's model."""
+    budget reservation used, else the one in force now, on the job's model. Third: whether the
+    attempt may hold budget reservations (False when its claim took none: no budget applied)."""
     claimed = (
         JobAttempt.objects.filter(job_id=job.id, attempt=attempt).select_related("price").first()
     )
     if claimed is not None:
-        return claimed.model, claimed.price
+        return claimed.model, claimed.price, claimed.reservation_token is not None
     price = budget_reserved_price(job=job, attempt=attempt) or price_for_model(model=job.run_model)
-    return job.run_model, price
+    return job.run_model, price, True
 
 
 def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRecord) -> CostEntry:
     """Book one attempt, at the model and price it was claimed at. Call inside the transaction
     of the job's transition."""
-    model, price = _attempt_terms(job, attempt)
+    model, price, reserved = _attempt_terms(job, attempt)
     estimated = False
     saved = Decimal(0)
     if record.outcome == CostEntry.Outcome.SUCCESS:
@@ -138,6 +139,7 @@ def cost_entry_record_attempt(*, job: "LlmJob", attempt: int, record: AttemptRec
         cost=cost,
         is_estimated=estimated,
         batch_saved_usd=saved,
+        reserved=reserved,
     )
 
 
@@ -215,6 +217,7 @@ def _create_row(
     corrects: CostEntry | None = None,
     batch_saved_usd: Decimal = Decimal(0),
     provider: str = "",
+    reserved: bool = True,
 ) -> CostEntry:
     entry = CostEntry.objects.create(
         job=job,
@@ -246,7 +249,7 @@ def _create_row(
         **_usage_fields(record.usage),
     )
     # In the same transaction: budget windows and the metrics' counters always equal the ledger.
-    budget_settle(entry=entry, job=job)
+    budget_settle(entry=entry, job=job, reserved=reserved)
     cost_entry_booked(entry)
     return entry
 

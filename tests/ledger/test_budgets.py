@@ -8,6 +8,8 @@ from typing import Any
 
 import django_rq
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from alerts.models import Alert
@@ -325,3 +327,30 @@ def test_a_job_waiting_for_the_calls_in_flight_is_held_without_a_transition(
     assert job.status == "queued" and job.attempts == 0
     assert job.rq_job_id in queue.scheduled_job_registry.get_job_ids()
     assert counter_totals().differences(ledger_totals()) == []
+
+
+def test_an_attempt_that_reserved_nothing_reads_no_reservation_and_one_that_did_settles_it(
+    alice_client, fake_provider
+):
+    """The ledger row of an attempt whose claim took no reservation (no budget applied) does
+    not look for one; once a budget applies, the attempt's reservation is settled to the row's
+    cost, in the same transaction."""
+    queue = django_rq.get_queue(LLM_QUEUE)
+
+    def run(job: LlmJob) -> list[str]:
+        queue.remove(job.rq_job_id)
+        with CaptureQueriesContext(connection) as queries:
+            assert job_run(job_id=str(job.id), rq_job_id=job.rq_job_id) == "success"
+        return [q["sql"] for q in queries.captured_queries]
+
+    free = run(submit(alice_client, feature="no-budget-here", max_tokens=16))
+    assert not [sql for sql in free if "ledger_budgetreservation" in sql]
+    feature_budget(limit_usd=Decimal("5"))
+    job = submit(alice_client, feature=FEATURE, max_tokens=16)
+    held = run(job)
+    assert [sql for sql in held if sql.startswith("SELECT") and "ledger_budgetreservation" in sql]
+    entry = CostEntry.objects.get(job=job)
+    reservation = BudgetReservation.objects.get(job=job)
+    assert reservation.settled_at is not None and reservation.settled_usd == entry.cost_usd
+    window = BudgetWindow.objects.get()
+    assert window.spent_usd == entry.cost_usd > 0
