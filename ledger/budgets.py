@@ -465,9 +465,8 @@ def budget_settle(*, entry: CostEntry, job: "LlmJob", reserved: bool = True) -> 
     reservation was in, or else the current one. Every budget of the scope counts it, enabled
     or not: a window equals the ledger whatever happened to ``enabled``.
 
-    ``reserved`` False: the attempt's claim took no reservation (its ``JobAttempt`` has no
-    token: no budget applied then), so there are none to read. Only a claim makes a claimed
-    reservation of an attempt, and legacy rows (no token) predate ``JobAttempt``.
+    ``reserved`` False: the attempt's claim took none (its ``JobAttempt`` has no token), and
+    only a claim makes a claimed reservation (legacy rows, no token, predate ``JobAttempt``).
     """
     now = timezone.now()
     touched: set[tuple[int, datetime]] = set()
