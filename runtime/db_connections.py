@@ -57,7 +57,6 @@ __all__ = [
     "ConnectionSlotTimeout",
     "bound_database_waits",
     "install",
-    "pooled_connections",
     "prune_idle",
     "release_connection",
     "slot_wait_limit",
@@ -129,13 +128,6 @@ def slots_in_use() -> int:
         return len(_open_by_thread)
 
 
-def pooled_connections() -> int:
-    """Idle connections this process keeps for its next threads (0 when nothing is
-    installed)."""
-    with _idle_lock:
-        return sum(len(entries) for entries in _idle.values())
-
-
 def _pool_key(wrapper: Any, conn_params: Any) -> tuple[str, str]:
     return (wrapper.alias, repr(sorted(conn_params.items())))
 
@@ -187,33 +179,21 @@ def _check_in(wrapper: Any) -> bool:
 
 def _check_out(wrapper: Any, key: tuple[str, str]) -> Any:
     """The newest pooled connection for these parameters that is still good, or None. Those
-    idle too long, or found closed by the server, are closed here."""
-    now = time.monotonic()
-    stale: list[Any] = []
-    found = None
-    with _idle_lock:
-        entries = _idle.get(key, [])
-        while entries:
-            raw, opened, returned = entries.pop()
-            if now - returned > settings.LLM_WORKER_DB_IDLE_SECONDS:
-                stale.append(raw)
-                stale.extend(entry[0] for entry in entries)  # older still
-                entries.clear()
-                break
-            found = (raw, opened)
+    idle too long, or found closed by the server, are closed on the way."""
+    prune_idle()
+    while True:
+        with _idle_lock:
+            entries = _idle.get(key)
+            if not entries:
+                return None
+            raw, opened, _returned = entries.pop()
+        try:
+            dead = _has_input(raw)
+        except Exception:
+            dead = True
+        if not dead:
             break
-    for raw in stale:
         _close_quietly(raw)
-    if found is None:
-        return None
-    raw, opened = found
-    try:
-        dead = _has_input(raw)
-    except Exception:
-        dead = True
-    if dead:
-        _close_quietly(raw)
-        return _check_out(wrapper, key)
     wrapper._llmops_opened = opened
     wrapper._llmops_reused = True
     return raw
